@@ -1,0 +1,142 @@
+"""Jobs: what a user asked for (:class:`JobSpec`, frozen) and where it stands (:class:`JobStatus`, mutable).
+
+A job is a gang: it needs all of its ``num_gpus`` GPUs at once, each at the same share ``gpu_milli``
+(1000 = a whole GPU; openb's GPU-sharing pods ask for less). ``duration_s`` is the job's *work*: how long it runs
+alone, consolidated, on a GPU of speed 1.0. Traces know it; the live controller usually does not (``None``), and
+only oracle policies (SJF, SRTF) may look at it.
+
+Phases are explicit and exclusive: a job is in exactly one :class:`JobPhase` at any time. The engine's cluster
+state is the only code that changes a phase.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from corral.core.errors import JobSpecError
+from corral.core.placement import Placement
+
+FULL_GPU_MILLI = 1000
+
+
+class JobClass(str, Enum):
+    """AntMan's two kinds of job (OSDI'20 §4): inside a tenant's quota, or on spare resources."""
+
+    GUARANTEED = "guaranteed"
+    OPPORTUNISTIC = "opportunistic"
+
+
+class JobPhase(str, Enum):
+    PENDING = "pending"  # submitted (or preempted) and waiting for GPUs
+    RUNNING = "running"  # holds its GPUs
+    FINISHED = "finished"  # completed its work
+    REJECTED = "rejected"  # can never run here (too big for the cluster or its quota); see JobStatus.reason
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobPhase.FINISHED, JobPhase.REJECTED)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What was submitted. Immutable: a change of mind is a new job."""
+
+    job_id: str
+    submit_s: float
+    num_gpus: int
+    duration_s: float | None = None
+    tenant: str = "default"
+    gpu_milli: int = FULL_GPU_MILLI
+    model: str | None = None
+    job_class: JobClass = JobClass.GUARANTEED
+    priority: int = 0
+    gpu_types: tuple[str, ...] = ()  # allowed GPU types; empty means any
+    gpu_mem_mib: int | None = None  # GPU memory needed on each GPU, when known
+
+    def __post_init__(self) -> None:
+        # Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug.
+        if not self.job_id:
+            raise JobSpecError("a job needs a non-empty job_id")
+        if type(self.num_gpus) is not int or self.num_gpus < 1:
+            raise JobSpecError(f"job {self.job_id!r}: num_gpus must be an integer >= 1, got {self.num_gpus!r}")
+        if type(self.gpu_milli) is not int or not 0 < self.gpu_milli <= FULL_GPU_MILLI:
+            raise JobSpecError(
+                f"job {self.job_id!r}: gpu_milli must be an integer in 1..1000, got {self.gpu_milli!r}"
+            )
+        if self.num_gpus > 1 and self.gpu_milli != FULL_GPU_MILLI:
+            raise JobSpecError(
+                f"job {self.job_id!r}: a fractional share (gpu_milli={self.gpu_milli}) needs num_gpus == 1"
+            )
+        if self.duration_s is not None and (math.isnan(self.duration_s) or self.duration_s < 0):
+            raise JobSpecError(f"job {self.job_id!r}: duration_s must be >= 0, got {self.duration_s!r}")
+        if math.isnan(self.submit_s) or math.isinf(self.submit_s):
+            raise JobSpecError(f"job {self.job_id!r}: submit_s must be finite, got {self.submit_s!r}")
+        if self.gpu_mem_mib is not None and self.gpu_mem_mib < 0:
+            raise JobSpecError(f"job {self.job_id!r}: gpu_mem_mib must be >= 0, got {self.gpu_mem_mib!r}")
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """Total GPU share asked for, in milli-GPUs (4 whole GPUs = 4000)."""
+        return self.num_gpus * self.gpu_milli
+
+
+class JobView(Protocol):
+    """What a policy may read of a job. Policies get this, never a writable :class:`JobStatus`."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def phase(self) -> JobPhase: ...
+    @property
+    def placement(self) -> Placement | None: ...
+    @property
+    def executed_s(self) -> float: ...
+    @property
+    def work_done_s(self) -> float: ...
+    @property
+    def last_start_s(self) -> float | None: ...
+    @property
+    def queued_since_s(self) -> float: ...
+    @property
+    def preemptions(self) -> int: ...
+
+
+@dataclass(slots=True, eq=False)
+class JobStatus:
+    """Where a job stands. Only the engine's ``ClusterState`` writes these fields.
+
+    - ``executed_s``: wall-clock seconds the job has held GPUs (Tiresias' attained time; multiply by
+      ``num_gpus`` for 2D attained service).
+    - ``work_done_s``: progress in units of ``spec.duration_s`` (reference-GPU, consolidated seconds).
+    - ``queued_s``: total seconds spent pending, including after preemptions.
+    """
+
+    spec: JobSpec
+    phase: JobPhase = JobPhase.PENDING
+    placement: Placement | None = None
+    first_start_s: float | None = None
+    last_start_s: float | None = None
+    end_s: float | None = None
+    executed_s: float = 0.0
+    work_done_s: float = 0.0
+    queued_s: float = 0.0
+    queued_since_s: float = 0.0
+    preemptions: int = 0
+    run_epoch: int = 0  # bumped on every launch so stale completion events can be told apart
+    reason: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def remaining_work_s(self) -> float | None:
+        d = self.spec.duration_s
+        return None if d is None else max(0.0, d - self.work_done_s)
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.spec.submit_s
