@@ -45,8 +45,8 @@ __all__ = [
     "Preempt",
     "Reject",
     "Tenant",
+    "TimerFired",
     "Topology",
     "TopologyLevel",
-    "TimerFired",
     "TraceError",
 ]

@@ -118,6 +118,7 @@ class Topology:
     """A cluster flattened into arrays indexed by GPU and node number. Read-only after construction."""
 
     __slots__ = (
+        "_all_types",
         "cluster",
         "gpu_mem_mib",
         "gpu_node",
@@ -132,13 +133,17 @@ class Topology:
         "num_gpus",
         "num_nodes",
         "rack_names",
+        "type_mem_mib",
         "type_names",
         "type_num_gpus",
+        "type_speed",
     )
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.type_names: tuple[str, ...] = tuple(t.name for t in cluster.gpu_types)
+        self.type_mem_mib: tuple[int, ...] = tuple(t.mem_mib for t in cluster.gpu_types)
+        self.type_speed: tuple[float, ...] = tuple(t.speed for t in cluster.gpu_types)
         type_index = {name: i for i, name in enumerate(self.type_names)}
         racks: dict[str, int] = {}
         gpu_node: list[int] = []
@@ -180,6 +185,7 @@ class Topology:
         self.node_names: tuple[str, ...] = tuple(n.name for n in cluster.nodes)
         self.rack_names: tuple[str, ...] = tuple(racks)
         self.type_num_gpus: tuple[int, ...] = tuple(type_count)
+        self._all_types: tuple[int, ...] = tuple(range(len(self.type_names)))
         self.num_gpus = len(gpu_node)
         self.num_nodes = len(cluster.nodes)
 
@@ -190,7 +196,7 @@ class Topology:
     def type_indices(self, names: Sequence[str]) -> tuple[int, ...]:
         """GPU type indices for a job's allowed types (all types when ``names`` is empty); unknown names drop."""
         if not names:
-            return tuple(range(len(self.type_names)))
+            return self._all_types
         wanted = set(names)
         return tuple(i for i, name in enumerate(self.type_names) if name in wanted)
 

@@ -45,6 +45,7 @@ class Decision:
     """An ordered batch of actions from one scheduling round. Preemptions come before the launches they enable."""
 
     actions: tuple[Action, ...] = ()
+    wake_at_s: float | None = None  # ask the engine to call the policy again at this time (time slices, leases)
 
     NOTHING: ClassVar[Decision]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from corral.core.errors import JobSpecError
@@ -22,14 +22,14 @@ from corral.core.placement import Placement
 FULL_GPU_MILLI = 1000
 
 
-class JobClass(str, Enum):
+class JobClass(StrEnum):
     """AntMan's two kinds of job (OSDI'20 §4): inside a tenant's quota, or on spare resources."""
 
     GUARANTEED = "guaranteed"
     OPPORTUNISTIC = "opportunistic"
 
 
-class JobPhase(str, Enum):
+class JobPhase(StrEnum):
     PENDING = "pending"  # submitted (or preempted) and waiting for GPUs
     RUNNING = "running"  # holds its GPUs
     FINISHED = "finished"  # completed its work

@@ -1,0 +1,169 @@
+"""The engine: one event loop for simulation and live mode.
+
+Each turn takes every event due at the earliest time, applies them to the cluster state (a submitted job is
+admitted or rejected; a finished job frees its GPUs), then, if anything changed, asks the policy for a decision
+and applies it action by action: first to :class:`ClusterState` (which checks invariants), then to the executor
+(which carries it out and, in simulation, schedules the job's completion). Nothing in here knows whether time
+is virtual.
+
+Arrivals can be streamed: :meth:`Engine.feed` takes an iterator of job specs sorted by submission time and keeps
+only the next one in the event queue, so a million-job replay never holds a million pending events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from corral.core.decisions import Action, Decision, Launch, Preempt, Reject
+from corral.core.errors import InvariantViolation
+from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
+from corral.core.job import JobPhase, JobSpec
+from corral.engine.clock import Clock
+from corral.engine.executor import Executor
+from corral.engine.queue import EventQueue
+from corral.engine.state import ClusterState
+from corral.policies.base import BasePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedAction:
+    """One applied action, for the decision log (parity tests compare these between modes)."""
+
+    time_s: float
+    action: Action
+
+    def render(self) -> str:
+        a = self.action
+        if isinstance(a, Launch):
+            gpus = " ".join(map(str, a.placement.gpus))
+            return f"{self.time_s:.3f} launch {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
+        if isinstance(a, Preempt):
+            return f"{self.time_s:.3f} preempt {a.job_id}"
+        return f"{self.time_s:.3f} reject {a.job_id} {a.reason}"
+
+
+class Engine:
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: BasePolicy,
+        executor: Executor,
+        clock: Clock,
+        *,
+        record_decisions: bool = False,
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.executor = executor
+        self.clock = clock
+        self.queue = EventQueue()
+        self.decision_log: list[LoggedAction] | None = [] if record_decisions else None
+        self._arrivals: Iterator[JobSpec] | None = None
+        self._timers: set[float] = set()
+        self.rounds = 0
+        self.on_submitted: Callable[[int], None] | None = None  # progress hook: number of jobs submitted
+        self.submitted = 0
+        executor.bind(self)
+
+    # -- EventSink ------------------------------------------------------------------------------------------
+    def schedule(self, time_s: float, event: Event) -> None:
+        self.queue.push(time_s, event)
+
+    # -- input ----------------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> None:
+        self.queue.push(max(spec.submit_s, self.clock.now()), JobSubmitted(spec))
+
+    def feed(self, jobs: Iterable[JobSpec]) -> None:
+        """Stream jobs sorted by ``submit_s``; only the next arrival is queued at any time."""
+        if self._arrivals is not None:
+            raise RuntimeError("the engine is already being fed a stream of jobs")
+        self._arrivals = iter(jobs)
+        self._next_arrival(None)
+
+    def _next_arrival(self, previous: JobSpec | None) -> None:
+        if self._arrivals is None:
+            return
+        spec = next(self._arrivals, None)
+        if spec is None:
+            self._arrivals = None
+            return
+        if previous is not None and spec.submit_s < previous.submit_s:
+            raise ValueError(f"jobs must be fed in submission order: {spec.job_id!r} comes before {previous.job_id!r}")
+        self.queue.push(spec.submit_s, JobSubmitted(spec))
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    def run(self, until_s: float | None = None) -> None:
+        """Process events until none are left (or until ``until_s``)."""
+        queue = self.queue
+        while queue:
+            now = queue.peek_time()
+            if until_s is not None and now > until_s:
+                break
+            self.clock.advance_to(now)
+            changed = False
+            while queue and queue.peek_time() == now:
+                _, event = queue.pop()
+                changed |= self._handle(event, now)
+            if changed:
+                self._round(now)
+
+    def _handle(self, event: Event, now: float) -> bool:
+        if type(event) is JobFinished:
+            job = self.state.job(event.job_id)
+            if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
+                return False  # stale: the job was preempted after this completion was predicted
+            self.state.finish(event.job_id, now)
+            self.executor.finished(job, now)
+            self.policy.on_job_changed(job, now)
+            return True
+        if type(event) is JobSubmitted:
+            spec = event.job
+            self.submitted += 1
+            if self.on_submitted is not None and not self.submitted & 1023:
+                self.on_submitted(self.submitted)
+            self._next_arrival(spec)
+            job = self.state.add(spec, now)
+            reason = self.policy.admit(self.state, spec)
+            self.policy.on_job_changed(job, now)
+            if reason is not None:
+                self._apply(Reject(spec.job_id, reason), now)
+                return False
+            return True
+        if type(event) is TimerFired:
+            self._timers.discard(now)
+            self.policy.on_timer(self.state, now)
+            return True
+        raise InvariantViolation(f"unknown event {event!r}")
+
+    def _round(self, now: float) -> None:
+        self.rounds += 1
+        decision = self.policy.schedule(self.state, now)
+        for action in decision.actions:
+            self._apply(action, now)
+        self._wake(decision, now)
+
+    def _wake(self, decision: Decision, now: float) -> None:
+        wake = decision.wake_at_s
+        if wake is not None and wake > now and wake not in self._timers:
+            self._timers.add(wake)
+            self.queue.push(wake, TimerFired("policy"))
+
+    def _apply(self, action: Action, now: float) -> None:
+        state, executor = self.state, self.executor
+        if type(action) is Launch:
+            job = state.launch(action.job_id, action.placement, now)
+            executor.launch(job, now)
+        elif type(action) is Preempt:
+            job = state.job(action.job_id)
+            if job.phase is not JobPhase.RUNNING:
+                raise InvariantViolation(f"cannot preempt job {action.job_id!r}: it is {job.phase.value}")
+            work = executor.preempt(job, now)
+            state.preempt(action.job_id, now, work)
+        elif type(action) is Reject:
+            job = state.reject(action.job_id, action.reason, now)
+        else:
+            raise InvariantViolation(f"unknown action {action!r}")
+        if self.decision_log is not None:
+            self.decision_log.append(LoggedAction(now, action))
+        self.policy.on_job_changed(job, now)

@@ -1,0 +1,428 @@
+"""The single mutable cluster state: every job's phase, every GPU's free share, and the indexes over them.
+
+Only this class changes a job's phase or a GPU's allocation, and it checks each change before making it:
+
+- no GPU gives out more share (milli-GPU) or memory than it has;
+- a job is in exactly one phase, and moves only along PENDING -> RUNNING -> (PENDING | FINISHED) or
+  PENDING -> REJECTED;
+- gang: a launch takes all of a job's GPUs at its share, or nothing changes;
+- a tenant's guaranteed jobs stay within its quota.
+
+A refused change raises :class:`InvariantViolation` before touching anything, so the state is never half-applied.
+
+Indexes are kept incrementally so that a scheduling round never scans all GPUs or all jobs:
+
+- per node, its entirely free GPUs; per GPU type, nodes bucketed by how many entirely free GPUs they have
+  (best-fit is "the first non-empty bucket at or above k"), and the nodes with any free GPU in index order
+  (first-fit);
+- per GPU type, partly taken GPUs sorted by free share (best-fit for fractional requests);
+- the pending queue sorted by the policy's key, and the running jobs in launch order.
+
+Buckets are insertion-ordered dicts used as ordered sets: deterministic (insertion history is) and O(1).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from corral.core.cluster import Topology
+from corral.core.errors import InvariantViolation, JobSpecError
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView
+from corral.core.placement import Placement
+from corral.core.tenant import Tenant
+
+QueueKey = Callable[[JobView], tuple[Any, ...]]
+
+
+def submission_order(job: JobView) -> tuple[Any, ...]:
+    """The default queue order: by submission time (ties: the order jobs reached the engine)."""
+    return (job.spec.submit_s,)
+
+
+class ClusterState:
+    """Implements :class:`corral.policies.view.ClusterView` (read side) plus the checked mutations."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        tenants: Iterable[Tenant] = (),
+        queue_key: QueueKey = submission_order,
+    ) -> None:
+        self._topo = topology
+        self._tenants: dict[str, Tenant] = {t.name: t for t in tenants}
+        self._queue_key = queue_key
+        topo = topology
+        n_types = len(topo.type_names)
+
+        self._gpu_free_milli: list[int] = [FULL_GPU_MILLI] * topo.num_gpus
+        self._gpu_free_mem: list[int] = list(topo.gpu_mem_mib)
+        self._gpu_jobs: list[dict[str, None]] = [{} for _ in range(topo.num_gpus)]
+        self._node_free: list[int] = list(topo.node_num_gpus)
+        self._node_free_gpus: list[dict[int, None]] = [
+            dict.fromkeys(topo.node_gpus(n)) for n in range(topo.num_nodes)
+        ]
+        self._max_node_gpus: list[int] = [0] * n_types
+        for n in range(topo.num_nodes):
+            t = topo.node_type[n]
+            self._max_node_gpus[t] = max(self._max_node_gpus[t], topo.node_num_gpus[n])
+        self._buckets: list[list[dict[int, None]]] = [[{} for _ in range(m + 1)] for m in self._max_node_gpus]
+        self._any_free: list[SortedList] = [SortedList() for _ in range(n_types)]
+        for n in range(topo.num_nodes):
+            t, k = topo.node_type[n], topo.node_num_gpus[n]
+            self._buckets[t][k][n] = None
+            if k:
+                self._any_free[t].add(n)
+        self._type_free: list[int] = list(topo.type_num_gpus)
+        self._partial: list[SortedList] = [SortedList() for _ in range(n_types)]
+
+        self._jobs: dict[str, JobStatus] = {}
+        self._pending: SortedList = SortedList()
+        self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
+        self._running: dict[str, JobStatus] = {}
+        self._seq = 0
+        self._guaranteed_milli: dict[str, int] = {}
+
+        # Allocation over time: the integral for mean utilization, and the change points for plots.
+        self._alloc_milli = 0
+        self._alloc_area = 0.0  # milli-GPU x seconds
+        self._last_change_s: float | None = None
+        self.timeline_s: array[float] = array("d")
+        self.timeline_milli: array[int] = array("q")
+
+    # ------------------------------------------------------------------------------------------------------
+    # ClusterView (read side)
+    # ------------------------------------------------------------------------------------------------------
+    @property
+    def topology(self) -> Topology:
+        return self._topo
+
+    @property
+    def tenants(self) -> Mapping[str, Tenant]:
+        return self._tenants
+
+    def job(self, job_id: str) -> JobStatus:
+        return self._jobs[job_id]
+
+    def jobs(self) -> Iterator[JobStatus]:
+        """Every job the state has seen, in the order they were added."""
+        return iter(self._jobs.values())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def pending(self) -> Iterator[JobStatus]:
+        return (entry[2] for entry in self._pending)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    def running(self) -> Iterator[JobStatus]:
+        return iter(self._running.values())
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def free_gpus(self, gpu_type: int) -> int:
+        return self._type_free[gpu_type]
+
+    def node_free(self, node: int) -> int:
+        return self._node_free[node]
+
+    def node_free_gpus(self, node: int) -> Collection[int]:
+        return self._node_free_gpus[node].keys()
+
+    def nodes_with_free(self, gpu_type: int, count: int) -> Collection[int]:
+        buckets = self._buckets[gpu_type]
+        return buckets[count].keys() if count < len(buckets) else ()
+
+    def nodes_with_any_free(self, gpu_type: int) -> Sequence[int]:
+        seq: Sequence[int] = self._any_free[gpu_type]
+        return seq
+
+    def max_node_gpus(self, gpu_type: int) -> int:
+        return self._max_node_gpus[gpu_type]
+
+    def gpu_free_milli(self, gpu: int) -> int:
+        return self._gpu_free_milli[gpu]
+
+    def gpu_free_mem_mib(self, gpu: int) -> int:
+        return self._gpu_free_mem[gpu]
+
+    def partial_gpus(self, gpu_type: int) -> Sequence[tuple[int, int]]:
+        seq: Sequence[tuple[int, int]] = self._partial[gpu_type]
+        return seq
+
+    def gpu_jobs(self, gpu: int) -> Collection[str]:
+        return self._gpu_jobs[gpu].keys()
+
+    def tenant_guaranteed_milli(self, tenant: str) -> int:
+        return self._guaranteed_milli.get(tenant, 0)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Utilization accounting
+    # ------------------------------------------------------------------------------------------------------
+    @property
+    def allocated_milli(self) -> int:
+        return self._alloc_milli
+
+    def allocated_area(self, until_s: float) -> float:
+        """Integral of allocated milli-GPUs over time up to ``until_s`` (milli-GPU x s)."""
+        last = self._last_change_s
+        extra = 0.0 if last is None else self._alloc_milli * max(0.0, until_s - last)
+        return self._alloc_area + extra
+
+    def _account(self, now_s: float, delta_milli: int) -> None:
+        last = self._last_change_s
+        if last is not None:
+            self._alloc_area += self._alloc_milli * (now_s - last)
+        self._last_change_s = now_s
+        self._alloc_milli += delta_milli
+        if self.timeline_s and self.timeline_s[-1] == now_s:
+            self.timeline_milli[-1] = self._alloc_milli
+        else:
+            self.timeline_s.append(now_s)
+            self.timeline_milli.append(self._alloc_milli)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Checked mutations
+    # ------------------------------------------------------------------------------------------------------
+    def add(self, spec: JobSpec, now_s: float) -> JobStatus:
+        """A newly submitted job enters the pending queue."""
+        if spec.job_id in self._jobs:
+            raise JobSpecError(f"job id {spec.job_id!r} was submitted twice")
+        job = JobStatus(spec=spec, queued_since_s=now_s)
+        self._jobs[spec.job_id] = job
+        self._enqueue(job)
+        return job
+
+    def reject(self, job_id: str, reason: str, now_s: float) -> JobStatus:
+        job = self._expect(job_id, JobPhase.PENDING, "reject")
+        self._dequeue(job)
+        job.queued_s += now_s - job.queued_since_s
+        job.phase = JobPhase.REJECTED
+        job.reason = reason
+        return job
+
+    def launch(self, job_id: str, placement: Placement, now_s: float) -> JobStatus:
+        job = self._expect(job_id, JobPhase.PENDING, "launch")
+        spec = job.spec
+        self._check_placement(spec, placement)
+        milli = placement.gpu_milli
+        mem = spec.gpu_mem_mib or 0
+        self._check_quota(spec, spec.num_gpus * milli)
+        for g in placement.gpus:
+            self._set_gpu_free(g, self._gpu_free_milli[g] - milli)
+            self._gpu_free_mem[g] -= mem
+            self._gpu_jobs[g][job_id] = None
+        if spec.job_class is JobClass.GUARANTEED:
+            self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + spec.gpu_demand_milli
+        self._dequeue(job)
+        job.queued_s += now_s - job.queued_since_s
+        job.phase = JobPhase.RUNNING
+        job.placement = placement
+        if job.first_start_s is None:
+            job.first_start_s = now_s
+        job.last_start_s = now_s
+        job.run_epoch += 1
+        self._running[job_id] = job
+        self._account(now_s, spec.gpu_demand_milli)
+        return job
+
+    def preempt(self, job_id: str, now_s: float, work_done_s: float) -> JobStatus:
+        """Take a running job's GPUs back; it returns to the queue with its progress."""
+        job = self._expect(job_id, JobPhase.RUNNING, "preempt")
+        self._release(job, now_s)
+        job.work_done_s = work_done_s
+        job.preemptions += 1
+        job.phase = JobPhase.PENDING
+        job.queued_since_s = now_s
+        self._enqueue(job)
+        return job
+
+    def finish(self, job_id: str, now_s: float) -> JobStatus:
+        job = self._expect(job_id, JobPhase.RUNNING, "finish")
+        self._release(job, now_s)
+        if job.spec.duration_s is not None:
+            job.work_done_s = job.spec.duration_s
+        job.phase = JobPhase.FINISHED
+        job.end_s = now_s
+        return job
+
+    # ------------------------------------------------------------------------------------------------------
+    # Internals
+    # ------------------------------------------------------------------------------------------------------
+    def _expect(self, job_id: str, phase: JobPhase, what: str) -> JobStatus:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise InvariantViolation(f"cannot {what} unknown job {job_id!r}")
+        if job.phase is not phase:
+            raise InvariantViolation(f"cannot {what} job {job_id!r}: it is {job.phase.value}, not {phase.value}")
+        return job
+
+    def _enqueue(self, job: JobStatus) -> None:
+        self._seq += 1
+        entry = (self._queue_key(job), self._seq, job)
+        self._pending.add(entry)
+        self._pending_entry[job.spec.job_id] = entry
+
+    def _dequeue(self, job: JobStatus) -> None:
+        self._pending.remove(self._pending_entry.pop(job.spec.job_id))
+
+    def _check_placement(self, spec: JobSpec, placement: Placement) -> None:
+        topo = self._topo
+        if placement.num_gpus != spec.num_gpus:
+            raise InvariantViolation(
+                f"gang: job {spec.job_id!r} needs {spec.num_gpus} GPUs, placement has {placement.num_gpus}"
+            )
+        if placement.gpu_milli != spec.gpu_milli:
+            raise InvariantViolation(
+                f"job {spec.job_id!r} asked for {spec.gpu_milli} milli-GPU per GPU, placement gives "
+                f"{placement.gpu_milli}"
+            )
+        allowed = set(topo.type_indices(spec.gpu_types)) if spec.gpu_types else None
+        mem = spec.gpu_mem_mib or 0
+        for g in placement.gpus:
+            if not 0 <= g < topo.num_gpus:
+                raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
+            if self._gpu_free_milli[g] < placement.gpu_milli:
+                raise InvariantViolation(
+                    f"GPU {g} has {self._gpu_free_milli[g]} milli free, job {spec.job_id!r} wants "
+                    f"{placement.gpu_milli}"
+                )
+            if self._gpu_free_mem[g] < mem:
+                raise InvariantViolation(
+                    f"GPU {g} has {self._gpu_free_mem[g]} MiB free, job {spec.job_id!r} wants {mem} MiB"
+                )
+            if allowed is not None and topo.gpu_type[g] not in allowed:
+                raise InvariantViolation(
+                    f"job {spec.job_id!r} may only use GPU types {spec.gpu_types}, GPU {g} is "
+                    f"{topo.type_names[topo.gpu_type[g]]}"
+                )
+
+    def _check_quota(self, spec: JobSpec, milli: int) -> None:
+        if spec.job_class is not JobClass.GUARANTEED:
+            return
+        tenant = self._tenants.get(spec.tenant)
+        if tenant is None or tenant.quota_gpus is None:
+            return
+        used = self._guaranteed_milli.get(spec.tenant, 0)
+        if used + milli > tenant.quota_gpus * FULL_GPU_MILLI:
+            raise InvariantViolation(
+                f"quota: tenant {spec.tenant!r} holds {used / 1000:g} of {tenant.quota_gpus} guaranteed GPUs, "
+                f"job {spec.job_id!r} would add {milli / 1000:g}"
+            )
+
+    def _release(self, job: JobStatus, now_s: float) -> None:
+        placement = job.placement
+        assert placement is not None  # RUNNING jobs always have one (checked by launch)
+        spec = job.spec
+        milli = placement.gpu_milli
+        mem = spec.gpu_mem_mib or 0
+        job_id = spec.job_id
+        for g in placement.gpus:
+            self._set_gpu_free(g, self._gpu_free_milli[g] + milli)
+            self._gpu_free_mem[g] += mem
+            del self._gpu_jobs[g][job_id]
+        if spec.job_class is JobClass.GUARANTEED:
+            self._guaranteed_milli[spec.tenant] -= spec.gpu_demand_milli
+        del self._running[job_id]
+        last = job.last_start_s
+        assert last is not None
+        job.executed_s += now_s - last
+        job.placement = None
+        self._account(now_s, -spec.gpu_demand_milli)
+
+    def _set_gpu_free(self, gpu: int, new: int) -> None:
+        """Change one GPU's free share and keep every index in step."""
+        old = self._gpu_free_milli[gpu]
+        self._gpu_free_milli[gpu] = new
+        t = self._topo.gpu_type[gpu]
+        if 0 < old < FULL_GPU_MILLI:
+            self._partial[t].remove((old, gpu))
+        if 0 < new < FULL_GPU_MILLI:
+            self._partial[t].add((new, gpu))
+        if old == FULL_GPU_MILLI and new < FULL_GPU_MILLI:
+            self._move_node(gpu, t, -1)
+        elif new == FULL_GPU_MILLI and old < FULL_GPU_MILLI:
+            self._move_node(gpu, t, +1)
+
+    def _move_node(self, gpu: int, t: int, delta: int) -> None:
+        node = self._topo.gpu_node[gpu]
+        before = self._node_free[node]
+        after = before + delta
+        self._node_free[node] = after
+        buckets = self._buckets[t]
+        del buckets[before][node]
+        buckets[after][node] = None
+        self._type_free[t] += delta
+        if delta < 0:
+            del self._node_free_gpus[node][gpu]
+            if after == 0:
+                self._any_free[t].remove(node)
+        else:
+            self._node_free_gpus[node][gpu] = None
+            if before == 0:
+                self._any_free[t].add(node)
+
+    # ------------------------------------------------------------------------------------------------------
+    # A full consistency check (tests and debugging; O(GPUs + jobs))
+    # ------------------------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        topo = self._topo
+        used = [0] * topo.num_gpus
+        holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
+        guaranteed: dict[str, int] = {}
+        alloc = 0
+        for job in self._jobs.values():
+            in_pending = job.spec.job_id in self._pending_entry
+            in_running = job.spec.job_id in self._running
+            if (job.phase is JobPhase.PENDING) != in_pending or (job.phase is JobPhase.RUNNING) != in_running:
+                raise InvariantViolation(f"job {job.spec.job_id!r} is {job.phase.value} but indexed otherwise")
+            if job.phase is JobPhase.RUNNING:
+                p = job.placement
+                if p is None or p.num_gpus != job.spec.num_gpus:
+                    raise InvariantViolation(f"running job {job.spec.job_id!r} has a bad placement {p}")
+                for g in p.gpus:
+                    used[g] += p.gpu_milli
+                    holders[g].add(job.spec.job_id)
+                alloc += job.spec.gpu_demand_milli
+                if job.spec.job_class is JobClass.GUARANTEED:
+                    guaranteed[job.spec.tenant] = guaranteed.get(job.spec.tenant, 0) + job.spec.gpu_demand_milli
+            elif job.placement is not None:
+                raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still holds {job.placement}")
+        if alloc != self._alloc_milli:
+            raise InvariantViolation(f"allocated total {self._alloc_milli} != sum over jobs {alloc}")
+        for name, milli in guaranteed.items():
+            tenant = self._tenants.get(name)
+            if tenant is not None and tenant.quota_gpus is not None and milli > tenant.quota_gpus * 1000:
+                raise InvariantViolation(f"tenant {name!r} is over its quota: {milli} milli")
+            if self._guaranteed_milli.get(name, 0) != milli:
+                raise InvariantViolation(f"tenant {name!r} usage index is off")
+        type_free = [0] * len(topo.type_names)
+        for n in range(topo.num_nodes):
+            free = [g for g in topo.node_gpus(n) if self._gpu_free_milli[g] == FULL_GPU_MILLI]
+            if len(free) != self._node_free[n] or set(free) != set(self._node_free_gpus[n]):
+                raise InvariantViolation(f"node {n} free index is off")
+            t = topo.node_type[n]
+            if n not in self._buckets[t][len(free)]:
+                raise InvariantViolation(f"node {n} is in the wrong bucket")
+            if (len(free) > 0) != (n in self._any_free[t]):
+                raise InvariantViolation(f"node {n} any-free index is off")
+            type_free[t] += len(free)
+        if type_free != self._type_free:
+            raise InvariantViolation("per-type free totals are off")
+        for g in range(topo.num_gpus):
+            left = self._gpu_free_milli[g]
+            if left < 0 or used[g] + left != FULL_GPU_MILLI:
+                raise InvariantViolation(f"GPU {g}: {used[g]} given + {left} free != 1000")
+            if set(self._gpu_jobs[g]) != holders[g]:
+                raise InvariantViolation(f"GPU {g}: holder index is off")
+            in_partial = (left, g) in self._partial[topo.gpu_type[g]]
+            if in_partial != (0 < left < FULL_GPU_MILLI):
+                raise InvariantViolation(f"GPU {g}: partial index is off")

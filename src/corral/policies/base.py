@@ -1,0 +1,198 @@
+"""The policy contract, the shared config machinery, and the default hooks.
+
+A policy is an object with one required method, ``schedule(view, now_s) -> Decision``, and optional hooks with
+neutral defaults, in the spirit of the Kubernetes scheduling framework:
+
+- ``queue_key(job)``: the order of the pending queue (the engine keeps the queue sorted by it; it is evaluated
+  when a job enters the queue, on submission or after a preemption);
+- ``admit(view, spec)``: ``None`` if the job could ever run here, else the reason it never can;
+- ``on_job_changed(job, now_s)``: told after every phase change (launch, preemption, finish), for policies
+  that keep their own indexes (SRTF's running jobs by remaining time, Tiresias' attained service);
+- ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due.
+
+Contract:
+
+1. The view is read-only. A policy reads it and returns actions; the engine applies them.
+2. Calls never overlap.
+3. Same view, same time, same seed: same decision. Randomness only from ``self.rng`` (seeded by the run).
+4. "Cannot place now" is an answer (leave the job pending); an exception is a bug.
+
+Each policy has a frozen config dataclass whose fields carry ``help`` metadata; the CLI builds its options and
+its ``corral policies`` listing from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import types
+import typing
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, ClassVar, Literal
+
+from corral.core.decisions import Decision
+from corral.core.errors import ConfigError
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
+from corral.policies.view import ClusterView
+
+
+def option(default: Any, help: str) -> Any:
+    """A config field with help text (shown by ``corral policies`` and ``--help``)."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Base of every policy's options. Subclasses add fields made with :func:`option`."""
+
+
+class BasePolicy:
+    """Neutral defaults for every hook. Subclasses set ``name``, ``summary`` and ``Config``."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    Config: ClassVar[type[PolicyConfig]] = PolicyConfig
+
+    def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
+        self.config = config if config is not None else self.Config()
+        self.seed = seed
+        self.rng = random.Random(seed)
+
+    # -- hooks ------------------------------------------------------------------------------------------------
+    def queue_key(self, job: JobView) -> tuple[Any, ...]:
+        return (job.spec.submit_s,)
+
+    def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
+        return capacity_reason(view, spec)
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        raise NotImplementedError
+
+    def on_job_changed(self, job: JobView, now_s: float) -> None:
+        return None
+
+    def on_timer(self, view: ClusterView, now_s: float) -> None:
+        return None
+
+    def describe(self) -> str:
+        fields = ", ".join(f"{f.name}={getattr(self.config, f.name)}" for f in dataclasses.fields(self.config))
+        return f"{self.name}({fields})" if fields else self.name
+
+
+def allowed_types(view: ClusterView, spec: JobSpec) -> tuple[int, ...]:
+    """GPU type indices a job may run on: its requested types, with enough memory for it."""
+    topo = view.topology
+    idx = topo.type_indices(spec.gpu_types)
+    need = spec.gpu_mem_mib
+    if need:
+        idx = tuple(t for t in idx if topo.type_mem_mib[t] >= need)
+    return idx
+
+
+def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
+    """Why ``spec`` can never run on this cluster (ignoring what else is running), or ``None``.
+
+    A gang runs on GPUs of one type (a job spread over two GPU models would run at the slower one's pace and is
+    not what users ask for), so the test is against the largest single type that the job accepts.
+    """
+    topo = view.topology
+    types_ok = allowed_types(view, spec)
+    if not types_ok:
+        what = f"GPU types {'|'.join(spec.gpu_types)}" if spec.gpu_types else "GPUs"
+        if spec.gpu_mem_mib:
+            what += f" with {spec.gpu_mem_mib} MiB"
+        return f"needs {what}; the cluster has {', '.join(topo.type_names)}"
+    most = max(topo.type_num_gpus[t] for t in types_ok)
+    if spec.num_gpus > most:
+        kind = f" of type {'|'.join(spec.gpu_types)}" if spec.gpu_types else ""
+        return f"needs {spec.num_gpus} GPUs{kind}; the cluster has at most {most} of one type"
+    tenant = view.tenants.get(spec.tenant)
+    if spec.job_class is JobClass.GUARANTEED and tenant is not None and tenant.quota_gpus is not None:
+        if spec.gpu_demand_milli > tenant.quota_gpus * FULL_GPU_MILLI:
+            return (
+                f"needs {spec.gpu_demand_milli / FULL_GPU_MILLI:g} guaranteed GPUs; tenant "
+                f"{spec.tenant!r} has a quota of {tenant.quota_gpus}"
+            )
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Options from strings (CLI: --policy "fifo:placement=spread,backfill=true")
+# ----------------------------------------------------------------------------------------------------------
+def config_fields(config_cls: type[PolicyConfig]) -> list[tuple[str, Any, Any, str]]:
+    """``(name, type, default, help)`` for each option of a policy config class."""
+    hints = typing.get_type_hints(config_cls)
+    return [
+        (f.name, hints[f.name], f.default, str(f.metadata.get("help", "")))
+        for f in dataclasses.fields(config_cls)
+    ]
+
+
+def type_label(tp: Any) -> str:
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return "|".join(str(m.value) for m in tp)
+    if typing.get_origin(tp) is Literal:
+        return "|".join(str(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is tuple:
+        return f"{type_label(typing.get_args(tp)[0])}/..."
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return " or ".join(type_label(a) for a in typing.get_args(tp) if a is not type(None))
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(name: str, tp: Any, raw: str) -> Any:
+    """Turn the text of an option into a value of the field's type, or a ConfigError saying what was expected."""
+    text = raw.strip()
+    try:
+        if tp is bool:
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if tp is int:
+            return int(text)
+        if tp is float:
+            return float(text)
+        if tp is str:
+            return text
+        if isinstance(tp, type) and issubclass(tp, Enum):
+            return tp(text)
+        if typing.get_origin(tp) is Literal:
+            for arg in typing.get_args(tp):
+                if str(arg) == text:
+                    return arg
+            raise ValueError
+        if typing.get_origin(tp) is tuple:
+            (inner, *_rest) = typing.get_args(tp)
+            return tuple(coerce(name, inner, part) for part in text.split("/") if part.strip())
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if type(None) in typing.get_args(tp) and text.lower() in ("", "none"):
+                return None
+            for arg in args:
+                try:
+                    return coerce(name, arg, text)
+                except ConfigError:
+                    continue
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"option {name}: expected {type_label(tp)}, got {raw!r}") from None
+    raise ConfigError(f"option {name}: unsupported option type {tp!r}")
+
+
+def build_config(config_cls: type[PolicyConfig], options: Mapping[str, str], policy: str) -> PolicyConfig:
+    fields = {name: tp for name, tp, _, _ in config_fields(config_cls)}
+    values: dict[str, Any] = {}
+    for key, raw in options.items():
+        name = key.strip().replace("-", "_")
+        if name not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise ConfigError(f"policy {policy!r} has no option {key!r} (its options: {known})")
+        values[name] = coerce(name, fields[name], raw)
+    try:
+        return config_cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"policy {policy!r}: {exc}") from None

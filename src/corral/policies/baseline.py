@@ -1,0 +1,219 @@
+"""Baseline policies: FIFO, SJF and SRTF, each with a choice of placement, all strict gang schedulers.
+
+- ``fifo``: first come, first served. By default a job that does not fit blocks those behind it (head-of-line
+  blocking, as a plain FIFO queue does); ``backfill=true`` lets smaller jobs behind it start.
+- ``sjf``: shortest job first, by the job's duration from the trace (an oracle no real scheduler has),
+  non-preemptive. A reference point for what knowing durations buys.
+- ``srtf``: shortest remaining time first, with the same oracle, preemptive: a pending job preempts running jobs
+  with more remaining time when that frees enough GPUs for it. Tiresias (NSDI'19 §6) uses it as the
+  perfect-knowledge bound that its 2D-Gittins scheduler is measured against.
+
+SJF and SRTF backfill by default: they are meant as bounds on average JCT, and letting a job that fits start is
+what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no partial starts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from corral.core.decisions import Action, Decision, Launch, Preempt
+from corral.core.job import FULL_GPU_MILLI, JobPhase, JobSpec, JobView
+from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
+from corral.policies.placement import PlacementStrategy, place
+from corral.policies.planner import Planner
+from corral.policies.registry import register_policy
+from corral.policies.view import ClusterView
+
+PLACEMENT_HELP = "where a job's GPUs go: consolidated (fewest nodes, best fit), spread (one per node), first-fit"
+
+
+def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, backfill: bool) -> list[Action]:
+    """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
+    unless ``backfill``.
+
+    Why this stays cheap on long queues: whether a job fits depends only on its size, its GPU types and its
+    memory need (every strategy finds GPUs whenever enough are free), so once a job of some size failed in
+    this round, larger jobs with the same constraints are skipped without a placement attempt, and the walk
+    ends as soon as nothing at all is free.
+    """
+    launches: list[Action] = []
+    smallest_failed: dict[tuple[Any, ...], int] = {}
+    for job in view.pending():
+        spec = job.spec
+        whole = spec.gpu_milli == FULL_GPU_MILLI
+        if planner.total_free() == 0 and (whole or not planner.has_partial()):
+            if not backfill or not planner.has_partial():
+                break
+            continue
+        key = (whole, spec.gpu_types, spec.gpu_mem_mib)
+        size = spec.num_gpus if whole else spec.gpu_milli
+        placement = None
+        if size < smallest_failed.get(key, math.inf) and planner.quota_allows(spec):
+            placement = place(planner, spec, strategy, allowed_types(view, spec))
+            if placement is None:
+                smallest_failed[key] = size
+        if placement is not None:
+            launches.append(Launch(spec.job_id, placement))
+        elif not backfill:
+            break
+    return launches
+
+
+@dataclass(frozen=True, slots=True)
+class FifoConfig(PolicyConfig):
+    placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
+    backfill: bool = option(False, "let jobs behind a job that does not fit start if they fit")
+
+
+@register_policy
+class FifoPolicy(BasePolicy):
+    name = "fifo"
+    summary = "first come, first served; strict gang; optional backfilling"
+    Config = FifoConfig
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        cfg = self.config
+        assert isinstance(cfg, FifoConfig)
+        if not view.num_pending:
+            return Decision.NOTHING
+        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill)))
+
+
+def _oracle_reason(view: ClusterView, spec: JobSpec, policy: str) -> str | None:
+    if spec.duration_s is None:
+        return f"{policy} needs job durations (an oracle), and this job has none"
+    return capacity_reason(view, spec)
+
+
+@dataclass(frozen=True, slots=True)
+class SjfConfig(PolicyConfig):
+    placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
+    backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
+
+
+@register_policy
+class SjfPolicy(BasePolicy):
+    name = "sjf"
+    summary = "shortest job first by trace duration (oracle); non-preemptive"
+    Config = SjfConfig
+
+    def queue_key(self, job: JobView) -> tuple[Any, ...]:
+        return (job.spec.duration_s, job.spec.submit_s)
+
+    def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
+        return _oracle_reason(view, spec, self.name)
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        cfg = self.config
+        assert isinstance(cfg, SjfConfig)
+        if not view.num_pending:
+            return Decision.NOTHING
+        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill)))
+
+
+@dataclass(frozen=True, slots=True)
+class SrtfConfig(PolicyConfig):
+    placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
+    backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
+    preempt: bool = option(True, "preempt running jobs with more remaining time for a waiting job")
+
+
+def _remaining(job: JobView) -> float:
+    return max(0.0, (job.spec.duration_s or 0.0) - job.work_done_s)
+
+
+@register_policy
+class SrtfPolicy(BasePolicy):
+    name = "srtf"
+    summary = "shortest remaining time first by trace duration (oracle); preemptive"
+    Config = SrtfConfig
+
+    def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        # Running jobs by nominal end = start + remaining work at start. Every running job's remaining time
+        # falls at the same rate, so this order is stable while jobs run and need not be re-sorted.
+        self._by_end: SortedList = SortedList()
+        self._entry: dict[str, tuple[float, str]] = {}
+
+    def queue_key(self, job: JobView) -> tuple[Any, ...]:
+        return (_remaining(job), job.spec.submit_s)
+
+    def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
+        return _oracle_reason(view, spec, self.name)
+
+    def on_job_changed(self, job: JobView, now_s: float) -> None:
+        job_id = job.spec.job_id
+        old = self._entry.pop(job_id, None)
+        if old is not None:
+            self._by_end.remove(old)
+        if job.phase is JobPhase.RUNNING:
+            entry = (now_s + _remaining(job), job_id)
+            self._entry[job_id] = entry
+            self._by_end.add(entry)
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        cfg = self.config
+        assert isinstance(cfg, SrtfConfig)
+        if not view.num_pending:
+            return Decision.NOTHING
+        planner = Planner(view)
+        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill)
+        if cfg.preempt and self._by_end and len(actions) < view.num_pending:
+            launched = {a.job_id for a in actions}
+            actions += self._preemptions(view, planner, launched, now_s, cfg.placement)
+        return Decision(tuple(actions))
+
+    def _preemptions(
+        self, view: ClusterView, planner: Planner, launched: set[str], now_s: float, strategy: PlacementStrategy
+    ) -> list[Action]:
+        """For each waiting job, shortest first: free GPUs by preempting the running jobs with the most remaining
+        time (only those with strictly more than the waiting job), until it fits."""
+        actions: list[Action] = []
+        taken: set[str] = set()
+        smallest_failed: dict[tuple[Any, ...], int] = {}
+        longest = self._by_end[-1][0] - now_s
+        for job in view.pending():
+            if job.spec.job_id in launched:
+                continue
+            remaining = _remaining(job)
+            if remaining >= longest:
+                break  # queue order is by remaining time: no later job can preempt anyone either
+            spec = job.spec
+            key = (spec.gpu_milli, spec.gpu_types, spec.gpu_mem_mib)
+            if spec.num_gpus >= smallest_failed.get(key, math.inf) or not planner.quota_allows(spec):
+                continue
+            types = allowed_types(view, spec)
+            victims: list[JobView] = []
+            placement = None
+            for end, victim_id in reversed(self._by_end):
+                if end - now_s <= remaining:
+                    break
+                if victim_id in taken:
+                    continue
+                victim = view.job(victim_id)
+                planner.release(victim)
+                victims.append(victim)
+                placement = place(planner, spec, strategy, types)
+                if placement is not None:
+                    break
+            if placement is None:
+                # Put back what we tentatively freed; a later, smaller job may still preempt.
+                for victim in victims:
+                    assert victim.placement is not None
+                    planner.take(victim.spec, list(victim.placement.gpus))
+                smallest_failed[key] = spec.num_gpus
+                continue
+            used = set(placement.gpus)
+            for victim in victims:
+                assert victim.placement is not None
+                if used.isdisjoint(victim.placement.gpus):
+                    planner.take(victim.spec, list(victim.placement.gpus))  # freed for nothing: keep it running
+                    continue
+                taken.add(victim.spec.job_id)
+                actions.append(Preempt(victim.spec.job_id, f"srtf: {spec.job_id} has less remaining time"))
+            actions.append(Launch(spec.job_id, placement))
+        return actions

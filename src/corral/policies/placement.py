@@ -1,0 +1,200 @@
+"""Placement strategies: which GPUs a job gets, given what is free.
+
+- ``consolidated``: as few nodes as possible. A job that fits in one node goes to the node whose free GPU count
+  is the smallest that still fits (best fit, which keeps large holes for large jobs); inside the node, to one
+  PCIe switch when it can. A job bigger than any free node takes whole nodes, fullest first, then best-fits the
+  rest. Tiresias (NSDI'19 §3.3) and Gandiva call this consolidation; it is what locality-sensitive jobs need.
+- ``spread``: one GPU per node, over the nodes with the most free GPUs, round-robin if it needs more GPUs than
+  there are such nodes. The opposite extreme, useful as a bound on the cost of ignoring locality.
+- ``first-fit``: nodes in index order, taking what is free on each until the job has enough.
+
+Fractional requests (one GPU, share below 1000) use best fit over partly taken GPUs for ``consolidated``
+(fill holes first), worst fit for ``spread`` (an empty GPU first, else the emptiest), and the lowest-numbered
+GPU that fits for ``first-fit``.
+
+A gang runs on one GPU type; among the types a job accepts, the first (in cluster order) that can hold it is
+used. Every function returns ``None`` when the job does not fit now: that is an answer, not an error.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from corral.core.job import FULL_GPU_MILLI, JobSpec
+from corral.core.placement import Placement
+from corral.policies.planner import Planner
+
+
+class PlacementStrategy(StrEnum):
+    CONSOLIDATED = "consolidated"
+    SPREAD = "spread"
+    FIRST_FIT = "first-fit"
+
+
+def place(planner: Planner, spec: JobSpec, strategy: PlacementStrategy, types: tuple[int, ...]) -> Placement | None:
+    """Find GPUs for ``spec`` among GPU types ``types`` and take them in ``planner``; ``None`` if none fit."""
+    if spec.gpu_milli < FULL_GPU_MILLI:
+        return _place_fraction(planner, spec, strategy, types)
+    n = spec.num_gpus
+    fits = [t for t in types if planner.type_free(t) >= n]
+    if not fits:
+        return None
+    if strategy is PlacementStrategy.CONSOLIDATED:
+        gpus = _consolidated(planner, n, fits)
+    elif strategy is PlacementStrategy.SPREAD:
+        gpus = _spread(planner, n, fits[0])
+    else:
+        gpus = _first_fit(planner, n, fits[0])
+    return planner.take(spec, gpus)
+
+
+# -- whole GPUs -----------------------------------------------------------------------------------------------
+def _consolidated(planner: Planner, n: int, fits: list[int]) -> list[int]:
+    view = planner.view
+    # One node, best fit: the smallest free count >= n, over all acceptable types.
+    top = max(view.max_node_gpus(t) for t in fits)
+    for k in range(n, top + 1):
+        for t in fits:
+            if k <= view.max_node_gpus(t):
+                for node in planner.nodes_with_free(t, k):
+                    return _pick_on_node(planner, node, n)
+    # Several nodes of one type: whole nodes, fullest first, then best fit for the remainder.
+    t = fits[0]
+    top = view.max_node_gpus(t)
+    gpus: list[int] = []
+    used: set[int] = set()
+    need = n
+    while need > 0:
+        fit = _best_fit_node(planner, t, need, top, used)
+        if fit is not None:
+            gpus += _pick_on_node(planner, fit, need)
+            break
+        fullest = _fullest_node(planner, t, top, used)
+        assert fullest is not None  # type_free(t) >= n guarantees free GPUs remain
+        free = planner.node_free_gpus(fullest)
+        gpus += free
+        need -= len(free)
+        used.add(fullest)
+    return gpus
+
+
+def _best_fit_node(planner: Planner, t: int, need: int, top: int, used: set[int]) -> int | None:
+    for k in range(need, top + 1):
+        for node in planner.nodes_with_free(t, k):
+            if node not in used:
+                return node
+    return None
+
+
+def _fullest_node(planner: Planner, t: int, top: int, used: set[int]) -> int | None:
+    for k in range(top, 0, -1):
+        for node in planner.nodes_with_free(t, k):
+            if node not in used:
+                return node
+    return None
+
+
+def _pick_on_node(planner: Planner, node: int, n: int) -> list[int]:
+    """``n`` free GPUs of ``node``, under one PCIe switch when possible (the tightest switch that fits)."""
+    free = planner.node_free_gpus(node)
+    if n == len(free):
+        return free
+    switch = planner.topo.gpu_switch
+    groups: dict[int, list[int]] = {}
+    for g in free:
+        groups.setdefault(switch[g], []).append(g)
+    if len(groups) == 1:
+        return free[:n]
+    fitting = [grp for grp in groups.values() if len(grp) >= n]
+    if fitting:
+        return min(fitting, key=len)[:n]
+    out: list[int] = []
+    for grp in sorted(groups.values(), key=len, reverse=True):
+        out += grp[: n - len(out)]
+        if len(out) == n:
+            break
+    return out
+
+
+def _spread(planner: Planner, n: int, t: int) -> list[int]:
+    top = planner.view.max_node_gpus(t)
+    nodes: list[int] = []
+    capacity = 0
+    for k in range(top, 0, -1):
+        for node in planner.nodes_with_free(t, k):
+            nodes.append(node)
+            capacity += k
+        if len(nodes) >= n:
+            break
+    assert capacity >= n
+    free = {node: planner.node_free_gpus(node) for node in nodes[:n]} if len(nodes) >= n else None
+    if free is not None:
+        return [free[node][0] for node in nodes[:n]]
+    # Fewer nodes than GPUs wanted: deal GPUs round-robin over all nodes with free GPUs.
+    pools = [planner.node_free_gpus(node) for node in nodes]
+    out: list[int] = []
+    depth = 0
+    while len(out) < n:
+        for pool in pools:
+            if depth < len(pool):
+                out.append(pool[depth])
+                if len(out) == n:
+                    break
+        depth += 1
+    return out
+
+
+def _first_fit(planner: Planner, n: int, t: int) -> list[int]:
+    out: list[int] = []
+    for node in planner.nodes_with_any_free(t):
+        out += planner.node_free_gpus(node)[: n - len(out)]
+        if len(out) == n:
+            break
+    return out
+
+
+# -- a share of one GPU ---------------------------------------------------------------------------------------
+def _place_fraction(
+    planner: Planner, spec: JobSpec, strategy: PlacementStrategy, types: tuple[int, ...]
+) -> Placement | None:
+    milli = spec.gpu_milli
+    mem = spec.gpu_mem_mib or 0
+    best: tuple[int, int] | None = None  # (free_milli, gpu) of the chosen partly taken GPU
+    if strategy is PlacementStrategy.SPREAD:
+        # Worst fit: an untouched GPU on the emptiest node, else the emptiest partly taken GPU.
+        for t in types:
+            node = _fullest_node(planner, t, planner.view.max_node_gpus(t), set())
+            if node is not None:
+                return planner.take(spec, [planner.node_free_gpus(node)[0]])
+        for t in types:
+            for free, g in planner.partial_gpus(t, milli, descending=True):
+                if planner.gpu_free_mem_mib(g) >= mem:
+                    if best is None or free > best[0]:
+                        best = (free, g)
+                    break
+    elif strategy is PlacementStrategy.CONSOLIDATED:
+        # Best fit: the fullest partly taken GPU that still has room; an untouched GPU only if none has.
+        for t in types:
+            for free, g in planner.partial_gpus(t, milli):
+                if planner.gpu_free_mem_mib(g) >= mem:
+                    if best is None or free < best[0]:
+                        best = (free, g)
+                    break
+        if best is None:
+            for t in types:
+                node = _best_fit_node(planner, t, 1, planner.view.max_node_gpus(t), set())
+                if node is not None:
+                    return planner.take(spec, [planner.node_free_gpus(node)[0]])
+    else:
+        # First fit by GPU number, over partly taken GPUs (a scan) and the first node with a free GPU.
+        candidates: list[int] = []
+        for t in types:
+            candidates += [g for free, g in planner.partial_gpus(t, milli) if planner.gpu_free_mem_mib(g) >= mem]
+            for node in planner.nodes_with_any_free(t):
+                candidates.append(planner.node_free_gpus(node)[0])
+                break
+        if candidates:
+            return planner.take(spec, [min(candidates)])
+    if best is None:
+        return None
+    return planner.take(spec, [best[1]])

@@ -1,0 +1,87 @@
+"""The read-only view of the cluster that policies decide from: the seam between policies and the engine.
+
+The engine's ``ClusterState`` implements this Protocol; policies only ever see it through this type, so mypy
+stops a policy from writing to the state. The view exposes the engine's indexes (nodes bucketed by free GPU
+count, fractional GPUs sorted by free share, the pending queue in policy order) so that a policy can answer
+"where does this job fit?" without scanning every GPU or every job: a full Philly replay makes hundreds of
+thousands of such queries.
+
+Contract (see :mod:`corral.policies.base`): the view does not change during a ``schedule`` call, and what it
+returns must not be mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Protocol
+
+from corral.core.cluster import Topology
+from corral.core.job import JobView
+from corral.core.tenant import Tenant
+
+
+class ClusterView(Protocol):
+    @property
+    def topology(self) -> Topology: ...
+
+    @property
+    def tenants(self) -> Mapping[str, Tenant]: ...
+
+    def job(self, job_id: str) -> JobView: ...
+
+    def pending(self) -> Iterator[JobView]:
+        """Pending jobs in the policy's queue order (``Policy.queue_key``, then submission order)."""
+        ...
+
+    @property
+    def num_pending(self) -> int: ...
+
+    def running(self) -> Iterator[JobView]:
+        """Running jobs in the order they were launched."""
+        ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    # --- whole GPUs (share 1000 free), per GPU type index -------------------------------------------------
+    def free_gpus(self, gpu_type: int) -> int:
+        """Number of entirely free GPUs of this type."""
+        ...
+
+    def node_free(self, node: int) -> int:
+        """Number of entirely free GPUs on ``node``."""
+        ...
+
+    def node_free_gpus(self, node: int) -> Collection[int]:
+        """The entirely free GPUs on ``node``."""
+        ...
+
+    def nodes_with_free(self, gpu_type: int, count: int) -> Collection[int]:
+        """Nodes of ``gpu_type`` with exactly ``count`` entirely free GPUs (deterministic order)."""
+        ...
+
+    def nodes_with_any_free(self, gpu_type: int) -> Sequence[int]:
+        """Nodes of ``gpu_type`` with at least one entirely free GPU, by node index."""
+        ...
+
+    def max_node_gpus(self, gpu_type: int) -> int:
+        """The most GPUs any node of ``gpu_type`` has (0 when the type has no nodes)."""
+        ...
+
+    # --- shares and memory ---------------------------------------------------------------------------------
+    def gpu_free_milli(self, gpu: int) -> int: ...
+
+    def gpu_free_mem_mib(self, gpu: int) -> int: ...
+
+    def partial_gpus(self, gpu_type: int) -> Sequence[tuple[int, int]]:
+        """``(free_milli, gpu)`` for GPUs of ``gpu_type`` that are partly taken, sorted ascending."""
+        ...
+
+    def gpu_jobs(self, gpu: int) -> Collection[str]:
+        """Jobs holding a share of ``gpu``."""
+        ...
+
+    # --- tenants -------------------------------------------------------------------------------------------
+    def tenant_guaranteed_milli(self, tenant: str) -> int:
+        """Milli-GPUs held by ``tenant``'s guaranteed jobs (what its quota bounds)."""
+        ...

@@ -1,0 +1,99 @@
+"""Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``
+and, when decisions were recorded, ``decisions.log``.
+
+Files hold no wall-clock times or paths that vary between runs, so the same inputs and seed give the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from corral.sim.metrics import utilization_bins
+from corral.sim.runner import SimulationResult
+
+JOB_COLUMNS = (
+    "job_id",
+    "tenant",
+    "num_gpus",
+    "submit_s",
+    "start_s",
+    "end_s",
+    "jct_s",
+    "queueing_s",
+    "preemptions",
+    "gpu_milli",
+    "status",
+    "reason",
+)
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    summary: dict[str, Any] = {
+        **result.summary,
+        "policy": result.policy,
+        "cluster": result.cluster,
+        "num_gpus": result.num_gpus,
+        "trace": Path(result.trace).name,
+        "trace_notes": result.notes,
+    }
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    written.append(path)
+
+    path = out / "jobs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(JOB_COLUMNS)
+        for j in result.jobs:
+            s = j.spec
+            end = j.end_s
+            w.writerow(
+                (
+                    s.job_id,
+                    s.tenant,
+                    s.num_gpus,
+                    _num(s.submit_s),
+                    _num(j.first_start_s),
+                    _num(end),
+                    _num(None if end is None else end - s.submit_s),
+                    _num(j.queued_s),
+                    j.preemptions,
+                    s.gpu_milli,
+                    j.phase.value,
+                    j.reason or "",
+                )
+            )
+    written.append(path)
+
+    path = out / "tenants.csv"
+    with path.open("w", newline="") as f:
+        rows = result.tenants
+        w2 = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["tenant"], lineterminator="\n")
+        w2.writeheader()
+        w2.writerows(rows)
+    written.append(path)
+
+    _, bins = utilization_bins(result.timeline_s, result.timeline_milli, result.window, result.num_gpus)
+    path = out / "utilization.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(("time_s", "gpu_alloc_frac"))
+        w.writerows(bins)
+    written.append(path)
+
+    if result.decision_log is not None:
+        path = out / "decisions.log"
+        path.write_text("".join(entry.render() + "\n" for entry in result.decision_log))
+        written.append(path)
+    return written

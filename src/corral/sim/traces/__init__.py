@@ -1,0 +1,82 @@
+"""Job traces: readers of real trace formats, filters that reshape a trace, and a synthetic generator.
+
+Readers (each returns a :class:`~corral.sim.trace.Trace`, jobs sorted by submit time, ties in file order):
+
+- :func:`read_philly`: Microsoft Philly (ATC'19), tenant = virtual cluster;
+- :func:`read_tiresias`: the Tiresias (NSDI'19) format;
+- :func:`read_openb`: Alibaba's GPU-sharing trace (ATC'23), with fractional GPUs and QoS classes;
+- :func:`read_csv`: any CSV, with a mapping of columns (:func:`parse_columns` reads the CLI's form).
+
+:func:`read_trace` picks one by name. Bad input raises :class:`~corral.core.errors.TraceError` naming the
+file, line, column and expected form; with ``skip_invalid`` bad rows are skipped and counted in
+``Trace.skipped`` instead. Filters (:mod:`corral.sim.traces.filters`) and :func:`synthesize` build new traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from corral.core.errors import ConfigError
+from corral.sim.trace import Trace
+from corral.sim.traces._rows import PathArg
+from corral.sim.traces.filters import drop_shorter_than, head, sample, scale_load, select_tenants, window
+from corral.sim.traces.generic import parse_columns, read_csv
+from corral.sim.traces.openb import PendingMode, read_openb
+from corral.sim.traces.philly import read_philly
+from corral.sim.traces.synthetic import synthesize
+from corral.sim.traces.tiresias import read_tiresias
+
+FORMATS = ("philly", "tiresias", "openb", "csv")
+
+
+def read_trace(
+    path: PathArg,
+    fmt: str,
+    *,
+    columns: Mapping[str, str] | str | None = None,
+    skip_invalid: bool = False,
+    pending: PendingMode = "drop",
+) -> Trace:
+    """Read a trace in format ``fmt`` (one of :data:`FORMATS`).
+
+    ``columns`` is for "csv" only and required there, as a mapping or in the CLI's ``id=a,submit=b,...`` form.
+    ``pending`` is openb's treatment of Pending pods ("drop" or "wait", see :func:`read_openb`).
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt != "csv" and columns is not None:
+        raise ConfigError(f"columns are only for the csv format, not {fmt!r} (its columns are fixed)")
+    if fmt != "openb" and pending != "drop":
+        raise ConfigError(f"pending={pending!r} is only for the openb format, not {fmt!r}")
+    if fmt == "philly":
+        return read_philly(path, skip_invalid=skip_invalid)
+    if fmt == "tiresias":
+        return read_tiresias(path, skip_invalid=skip_invalid)
+    if fmt == "openb":
+        return read_openb(path, skip_invalid=skip_invalid, pending=pending)
+    if columns is None:
+        raise ConfigError(
+            "the csv format needs columns, e.g. id=jobid,submit=ts,duration=dur,gpus=n[,tenant=vc]"
+        )
+    mapping = parse_columns(columns) if isinstance(columns, str) else columns
+    return read_csv(path, mapping, skip_invalid=skip_invalid)
+
+
+__all__ = [
+    "FORMATS",
+    "PendingMode",
+    "Trace",
+    "drop_shorter_than",
+    "head",
+    "parse_columns",
+    "read_csv",
+    "read_openb",
+    "read_philly",
+    "read_tiresias",
+    "read_trace",
+    "sample",
+    "scale_load",
+    "select_tenants",
+    "synthesize",
+    "window",
+]

@@ -1,0 +1,110 @@
+"""Trace filters: pure functions from a :class:`~corral.sim.trace.Trace` to a new one.
+
+Each returns a new Trace (the input is never changed) whose ``notes`` end with a sentence saying what the
+filter did, so a report can show exactly how the replayed jobs differ from the file. ``skipped`` is carried
+over unchanged: it accounts for rows of the file, not for jobs a filter chose to leave out.
+
+Memory: jobs are frozen, so a filter that keeps a job as it is shares the same object with its input; only the
+filters that move submit times (:func:`window`, :func:`scale_load`) build new JobSpecs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from corral.core.errors import ConfigError
+from corral.core.job import JobSpec
+from corral.sim.trace import Trace
+
+
+def _derive(trace: Trace, jobs: list[JobSpec], note: str) -> Trace:
+    return Trace(jobs=jobs, source=trace.source, skipped=Counter(trace.skipped), notes=[*trace.notes, note])
+
+
+def _shift(jobs: list[JobSpec], offset: float) -> list[JobSpec]:
+    if offset == 0.0:
+        return jobs
+    return [dataclasses.replace(job, submit_s=job.submit_s - offset) for job in jobs]
+
+
+def window(trace: Trace, start_s: float | None = None, end_s: float | None = None) -> Trace:
+    """Keep the jobs submitted in ``[start_s, end_s)`` (an open side when None), then shift their submit times
+    so the first kept job arrives at 0: a replay of a slice of a long trace should not start with an empty
+    cluster idling until the slice begins.
+    """
+    if start_s is not None and end_s is not None and end_s < start_s:
+        raise ConfigError(f"window: end_s ({end_s:g}) must not be before start_s ({start_s:g})")
+    lo = -math.inf if start_s is None else start_s
+    hi = math.inf if end_s is None else end_s
+    kept = [job for job in trace.jobs if lo <= job.submit_s < hi]
+    offset = kept[0].submit_s if kept else 0.0
+    span = f"[{'' if start_s is None else f'{start_s:g}'}, {'' if end_s is None else f'{end_s:g}'}) s"
+    note = (
+        f"window {span}: kept {len(kept):,} of {len(trace.jobs):,} jobs;"
+        f" submit times shifted by {-offset:g} s so the first kept job arrives at 0"
+    )
+    return _derive(trace, _shift(kept, offset), note)
+
+
+def select_tenants(trace: Trace, tenants: Iterable[str]) -> Trace:
+    """Keep the jobs of the given tenants. Tenants absent from the trace are named in the note (a typo would
+    otherwise quietly give a smaller trace)."""
+    wanted = set(tenants)
+    kept = [job for job in trace.jobs if job.tenant in wanted]
+    present = {job.tenant for job in kept}
+    absent = sorted(wanted - present)
+    note = f"select_tenants {', '.join(sorted(wanted))}: kept {len(kept):,} of {len(trace.jobs):,} jobs"
+    if absent:
+        note += f"; not in the trace: {', '.join(absent)}"
+    return _derive(trace, kept, note)
+
+
+def drop_shorter_than(trace: Trace, seconds: float) -> Trace:
+    """Drop jobs whose duration is below ``seconds`` (Philly has 7,654 jobs under a minute, many of them
+    failures at start-up). Jobs of unknown duration are kept: there is nothing to say they are short."""
+    kept = [job for job in trace.jobs if job.duration_s is None or job.duration_s >= seconds]
+    dropped = len(trace.jobs) - len(kept)
+    note = f"drop_shorter_than {seconds:g} s: dropped {dropped:,} of {len(trace.jobs):,} jobs"
+    return _derive(trace, kept, note)
+
+
+def sample(trace: Trace, fraction: float, seed: int) -> Trace:
+    """Keep each job independently with probability ``fraction`` (a Bernoulli draw per job from
+    ``numpy.random.default_rng(seed)``: same seed, same sample). Order and times are unchanged."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ConfigError(f"sample: fraction must be in [0, 1], got {fraction!r}")
+    keep = np.random.default_rng(seed).random(len(trace.jobs)) < fraction
+    kept = [job for job, k in zip(trace.jobs, keep.tolist(), strict=True) if k]
+    note = f"sample {fraction:g} (seed {seed}): kept {len(kept):,} of {len(trace.jobs):,} jobs"
+    return _derive(trace, kept, note)
+
+
+def scale_load(trace: Trace, factor: float) -> Trace:
+    """Divide the time between arrivals by ``factor``: each job's submit time becomes
+    ``first + (submit_s - first) / factor``. A factor above 1 packs the same jobs into less time, so the load
+    goes up; below 1 it goes down. Durations are unchanged."""
+    if not (factor > 0.0 and math.isfinite(factor)):
+        raise ConfigError(f"scale_load: factor must be a finite number > 0, got {factor!r}")
+    if not trace.jobs or factor == 1.0:
+        jobs = list(trace.jobs)
+    else:
+        first = trace.jobs[0].submit_s
+        jobs = [
+            dataclasses.replace(job, submit_s=first + (job.submit_s - first) / factor) for job in trace.jobs
+        ]
+    note = f"scale_load x{factor:g}: inter-arrival times divided by {factor:g} (load x{factor:g})"
+    return _derive(trace, jobs, note)
+
+
+def head(trace: Trace, n: int) -> Trace:
+    """Keep the first ``n`` jobs in submission order."""
+    if n < 0:
+        raise ConfigError(f"head: n must be >= 0, got {n!r}")
+    kept = trace.jobs[:n]
+    note = f"head {n:,}: kept the first {len(kept):,} of {len(trace.jobs):,} jobs"
+    return _derive(trace, kept, note)
