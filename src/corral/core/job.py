@@ -63,9 +63,7 @@ class JobSpec:
         if type(self.num_gpus) is not int or self.num_gpus < 1:
             raise JobSpecError(f"job {self.job_id!r}: num_gpus must be an integer >= 1, got {self.num_gpus!r}")
         if type(self.gpu_milli) is not int or not 0 < self.gpu_milli <= FULL_GPU_MILLI:
-            raise JobSpecError(
-                f"job {self.job_id!r}: gpu_milli must be an integer in 1..1000, got {self.gpu_milli!r}"
-            )
+            raise JobSpecError(f"job {self.job_id!r}: gpu_milli must be an integer in 1..1000, got {self.gpu_milli!r}")
         if self.num_gpus > 1 and self.gpu_milli != FULL_GPU_MILLI:
             raise JobSpecError(
                 f"job {self.job_id!r}: a fractional share (gpu_milli={self.gpu_milli}) needs num_gpus == 1"

@@ -62,9 +62,7 @@ class ClusterState:
         self._gpu_free_mem: list[int] = list(topo.gpu_mem_mib)
         self._gpu_jobs: list[dict[str, None]] = [{} for _ in range(topo.num_gpus)]
         self._node_free: list[int] = list(topo.node_num_gpus)
-        self._node_free_gpus: list[dict[int, None]] = [
-            dict.fromkeys(topo.node_gpus(n)) for n in range(topo.num_nodes)
-        ]
+        self._node_free_gpus: list[dict[int, None]] = [dict.fromkeys(topo.node_gpus(n)) for n in range(topo.num_nodes)]
         self._max_node_gpus: list[int] = [0] * n_types
         for n in range(topo.num_nodes):
             t = topo.node_type[n]
@@ -292,8 +290,7 @@ class ClusterState:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
             if self._gpu_free_milli[g] < placement.gpu_milli:
                 raise InvariantViolation(
-                    f"GPU {g} has {self._gpu_free_milli[g]} milli free, job {spec.job_id!r} wants "
-                    f"{placement.gpu_milli}"
+                    f"GPU {g} has {self._gpu_free_milli[g]} milli free, job {spec.job_id!r} wants {placement.gpu_milli}"
                 )
             if self._gpu_free_mem[g] < mem:
                 raise InvariantViolation(

@@ -108,12 +108,9 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
         kind = f" of type {'|'.join(spec.gpu_types)}" if spec.gpu_types else ""
         return f"needs {spec.num_gpus} GPUs{kind}; the cluster has at most {most} of one type"
     tenant = view.tenants.get(spec.tenant)
-    if spec.job_class is JobClass.GUARANTEED and tenant is not None and tenant.quota_gpus is not None:
-        if spec.gpu_demand_milli > tenant.quota_gpus * FULL_GPU_MILLI:
-            return (
-                f"needs {spec.gpu_demand_milli / FULL_GPU_MILLI:g} guaranteed GPUs; tenant "
-                f"{spec.tenant!r} has a quota of {tenant.quota_gpus}"
-            )
+    quota = tenant.quota_gpus if tenant is not None else None
+    if spec.job_class is JobClass.GUARANTEED and quota is not None and spec.gpu_demand_milli > quota * FULL_GPU_MILLI:
+        return f"needs {spec.gpu_demand_milli / FULL_GPU_MILLI:g} guaranteed GPUs; tenant {spec.tenant!r} has a quota of {quota}"
     return None
 
 
@@ -123,10 +120,7 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
 def config_fields(config_cls: type[PolicyConfig]) -> list[tuple[str, Any, Any, str]]:
     """``(name, type, default, help)`` for each option of a policy config class."""
     hints = typing.get_type_hints(config_cls)
-    return [
-        (f.name, hints[f.name], f.default, str(f.metadata.get("help", "")))
-        for f in dataclasses.fields(config_cls)
-    ]
+    return [(f.name, hints[f.name], f.default, str(f.metadata.get("help", ""))) for f in dataclasses.fields(config_cls)]
 
 
 def type_label(tp: Any) -> str:

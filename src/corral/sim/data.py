@@ -33,8 +33,7 @@ def data_dir() -> Path:
         if path.is_dir():
             return path
     raise ConfigError(
-        f"cannot find the shared data folder (set {ENV_VAR}); looked in: "
-        + ", ".join(str(p) for p in tried[:6])
+        f"cannot find the shared data folder (set {ENV_VAR}); looked in: " + ", ".join(str(p) for p in tried[:6])
     )
 
 
