@@ -110,7 +110,8 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
     tenant = view.tenants.get(spec.tenant)
     quota = tenant.quota_gpus if tenant is not None else None
     if spec.job_class is JobClass.GUARANTEED and quota is not None and spec.gpu_demand_milli > quota * FULL_GPU_MILLI:
-        return f"needs {spec.gpu_demand_milli / FULL_GPU_MILLI:g} guaranteed GPUs; tenant {spec.tenant!r} has a quota of {quota}"
+        gpus = spec.gpu_demand_milli / FULL_GPU_MILLI
+        return f"needs {gpus:g} guaranteed GPUs; tenant {spec.tenant!r} has a quota of {quota}"
     return None
 
 
