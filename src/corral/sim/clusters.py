@@ -34,7 +34,10 @@ from corral.sim.data import data_dir, data_file
 __all__ = [
     "BUILTIN_GPU_TYPES",
     "DEFAULT_GPU_TYPE",
+    "INLINE_RACK_SIZE",
     "OPENB_GPU_MEM_MIB",
+    "OPENB_RACK_SIZE",
+    "PHILLY_RACK_SIZE",
     "PRESETS",
     "describe_cluster",
     "load_cluster",
@@ -192,10 +195,7 @@ def _philly_gpu_type(name: str) -> GpuType:
 
 def _philly_vc_names() -> list[tuple[str, int]]:
     path = data_file("philly", "philly_vc.csv")
-    return [
-        (vc, _csv_int(path, line, "node num", nodes))
-        for line, (vc, nodes) in _csv_rows(path, ["vc", "node num"])
-    ]
+    return [(vc, _csv_int(path, line, "node num", nodes)) for line, (vc, nodes) in _csv_rows(path, ["vc", "node num"])]
 
 
 def philly_vc_tenants() -> tuple[Tenant, ...]:
@@ -337,9 +337,7 @@ def _load_tiresias(name: str) -> Cluster:
     path = data_file("tiresias", f"{name}.csv")
     rows = list(_csv_rows(path, _TIRESIAS_HEADER))
     if len(rows) != 1:
-        raise ClusterSpecError(
-            "a Tiresias cluster spec has exactly one data row", file=str(path), got=str(len(rows))
-        )
+        raise ClusterSpecError("a Tiresias cluster spec has exactly one data row", file=str(path), got=str(len(rows)))
     line, cells = rows[0]
     switches, per_switch, gpus, cpus, mem_gib = (
         _csv_int(path, line, col, cell, minimum=0 if col in ("num_cpu_p_node", "mem_p_node") else 1)
@@ -804,9 +802,7 @@ def parse_cluster_toml(text: str, *, source: str = "<string>") -> Cluster:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = _TOML_LINE_RE.search(str(exc))
-        raise ClusterSpecError(
-            f"TOML syntax error: {exc}", file=source, line=int(m.group(1)) if m else None
-        ) from exc
+        raise ClusterSpecError(f"TOML syntax error: {exc}", file=source, line=int(m.group(1)) if m else None) from exc
     default_name = Path(source).stem if source != "<string>" else "cluster"
     return _TomlReader(text, source).cluster(doc, default_name)
 
@@ -857,9 +853,7 @@ def load_cluster(spec: str) -> Cluster:
     if _TIRESIAS_NAME_RE.fullmatch(key):
         if (data_dir() / "tiresias" / f"{key}.csv").is_file():
             return _load_tiresias(key)
-        raise ClusterSpecError(
-            f"no Tiresias cluster spec named {text!r}", expected=_accepted_forms(), got=text
-        )
+        raise ClusterSpecError(f"no Tiresias cluster spec named {text!r}", expected=_accepted_forms(), got=text)
     inline = _INLINE_RE.fullmatch(text)
     if inline is not None:
         return _inline_cluster(text, int(inline.group(1)), int(inline.group(2)), inline.group(3))
@@ -906,9 +900,7 @@ def describe_cluster(cluster: Cluster) -> list[tuple[str, str]]:
     if not cluster.tenants:
         rows.append(("tenants", "none"))
     else:
-        shown = [
-            t.name if t.quota_gpus is None else f"{t.name} ({t.quota_gpus:,} GPUs)" for t in cluster.tenants
-        ]
+        shown = [t.name if t.quota_gpus is None else f"{t.name} ({t.quota_gpus:,} GPUs)" for t in cluster.tenants]
         if len(shown) > 12:
             shown = [*shown[:12], f"and {len(shown) - 12:,} more"]
         quotas = [t.quota_gpus for t in cluster.tenants if t.quota_gpus is not None]
