@@ -1,0 +1,1 @@
+"""The command line: thin wrappers that parse arguments, build configs and call the library."""

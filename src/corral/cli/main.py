@@ -1,0 +1,325 @@
+"""``corral``: replay traces through scheduling policies and compare them.
+
+Commands:
+
+- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, ``--out`` files.
+- ``corral compare``: several policies on the same trace and cluster, side by side.
+- ``corral policies``: every policy and its options (from the policies' config dataclasses).
+- ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to.
+
+Built on click (arguments, help) and rich (tables, progress). Errors that the user can fix are printed as one
+``error:`` line and exit with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from corral import __version__
+from corral.core.cluster import Cluster
+from corral.core.errors import CorralError
+from corral.policies.base import build_config, config_fields, type_label
+from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
+from corral.sim.clusters import describe_cluster, load_cluster
+from corral.sim.metrics import SUMMARY_KEYS
+from corral.sim.perf import PerfModel
+from corral.sim.report import write_results
+from corral.sim.runner import SimulationResult, simulate
+from corral.sim.trace import Trace
+from corral.sim.workload import ALL_FORMATS, WorkloadSpec, build_trace
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _parse_window(text: str | None) -> tuple[float | None, float | None]:
+    if not text:
+        return None, None
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise click.BadParameter("expected START:END in seconds (either side may be empty)", param_hint="--window")
+    try:
+        return (float(start) if start.strip() else None, float(end) if end.strip() else None)
+    except ValueError:
+        raise click.BadParameter(f"expected START:END in seconds, got {text!r}", param_hint="--window") from None
+
+
+def _kv(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    return parse_policy_spec("x:" + text)[1]
+
+
+def workload_options(fn: F) -> F:
+    """The options that say what to replay, shared by ``simulate`` and ``compare``."""
+    options = [
+        click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file to replay."),
+        click.option("--format", "fmt", type=click.Choice(ALL_FORMATS), required=True, help="Trace format."),
+        click.option(
+            "--columns",
+            help="csv format: map columns, e.g. id=jobid,submit=ts,duration=dur,gpus=n[,tenant=vc,model=m].",
+        ),
+        click.option(
+            "--cluster",
+            "cluster_spec",
+            required=True,
+            help="Preset (philly, openb, n32g4, ...), NxG[:TYPE], or a TOML file.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed for every random choice."),
+        click.option(
+            "--skip-invalid", is_flag=True, help="Skip malformed trace rows (and report how many) instead of stopping."
+        ),
+        click.option("--window", help="Keep jobs submitted in [START, END) seconds from the trace start (START:END)."),
+        click.option("--tenants", help="Keep only these tenants (comma-separated)."),
+        click.option("--min-duration", type=float, help="Drop jobs shorter than this many seconds."),
+        click.option("--sample", type=float, help="Keep this fraction of jobs, drawn with --seed."),
+        click.option("--scale-load", type=float, help="Compress inter-arrival times by this factor (>1 = busier)."),
+        click.option("--limit", type=int, help="Replay only the first N jobs (after the other filters)."),
+        click.option("--jobs", type=int, help="synthetic: number of jobs."),
+        click.option(
+            "--arrival",
+            type=click.Choice(["poisson", "trace"]),
+            default="poisson",
+            show_default=True,
+            help="synthetic: arrival process.",
+        ),
+        click.option(
+            "--jobs-per-hour", type=float, help="synthetic: arrival rate (default: the fitted trace's, or 100)."
+        ),
+        click.option("--fit-to", help="synthetic: fit durations, GPU counts and tenants to FORMAT:PATH."),
+        click.option(
+            "--openb-pending",
+            type=click.Choice(["drop", "wait"]),
+            default="drop",
+            show_default=True,
+            help="openb: Pending pods never started in the trace; drop them, or keep them with their lifetime.",
+        ),
+        click.option(
+            "--perf", help="Performance model options, e.g. spread_rate=0.7,restore_s=10 (see `corral policies`)."
+        ),
+        click.option(
+            "--progress/--no-progress", default=None, help="Show a progress bar (default: when on a terminal)."
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _workload(kw: dict[str, Any]) -> WorkloadSpec:
+    start, end = _parse_window(kw["window"])
+    tenants = tuple(t.strip() for t in kw["tenants"].split(",") if t.strip()) if kw["tenants"] else ()
+    return WorkloadSpec(
+        fmt=kw["fmt"],
+        path=kw["trace_path"],
+        columns=kw["columns"],
+        skip_invalid=kw["skip_invalid"],
+        seed=kw["seed"],
+        openb_pending="wait" if kw["openb_pending"] == "wait" else "drop",
+        jobs=kw["jobs"],
+        arrival=kw["arrival"],
+        jobs_per_hour=kw["jobs_per_hour"],
+        fit_to=kw["fit_to"],
+        tenants=tenants,
+        start_s=start,
+        end_s=end,
+        min_duration_s=kw["min_duration"],
+        sample=kw["sample"],
+        scale_load=kw["scale_load"],
+        limit=kw["limit"],
+    )
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except CorralError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(2)
+
+
+def _load(kw: dict[str, Any]) -> tuple[Trace, Cluster, PerfModel]:
+    trace = build_trace(_workload(kw))
+    cluster = load_cluster(kw["cluster_spec"])
+    perf = build_config(PerfModel, _kv(kw["perf"]), "the perf model")
+    if trace.skipped_total:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items()))
+        err_console.print(f"skipped {trace.skipped_total} rows: {reasons}", highlight=False)
+    return trace, cluster, perf
+
+
+def _run(
+    trace: Trace, cluster: Cluster, perf: PerfModel, policy_spec: str, seed: int, show: bool, record: bool
+) -> SimulationResult:
+    policy = make_policy(policy_spec, seed=seed)
+    if not show:
+        return simulate(trace, cluster, policy, perf=perf, record_decisions=record)
+    with Progress(
+        TextColumn(f"[bold]{policy.name}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs submitted"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("replay", total=len(trace.jobs))
+        result = simulate(
+            trace,
+            cluster,
+            policy,
+            perf=perf,
+            record_decisions=record,
+            on_progress=lambda n: progress.update(task, completed=n),
+        )
+    return result
+
+
+def _fmt(key: str, value: Any) -> str:
+    if isinstance(value, float):
+        if key.endswith("_s"):
+            return f"{value:,.1f}"
+        return f"{value:.4f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="corral")
+def cli() -> None:
+    """corral: a GPU cluster scheduler. Replay real traces through scheduling policies."""
+
+
+@cli.command()
+@workload_options
+@click.option(
+    "--policy",
+    "policy_spec",
+    default="fifo",
+    show_default=True,
+    help="Policy, optionally with options: NAME[:key=value,...].",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Write summary.json, jobs.csv, tenants.csv, utilization.csv here.",
+)
+@click.option("--record-decisions", is_flag=True, help="Also write every decision to decisions.log (needs --out).")
+def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, **kw: Any) -> None:
+    """Replay a trace on a cluster under one policy."""
+    with _errors():
+        trace, cluster, perf = _load(kw)
+        show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
+        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record_decisions and out_dir is not None)
+        table = Table(
+            title=f"{len(trace):,} jobs on {cluster.name} ({result.num_gpus:,} GPUs)",
+            caption=result.policy,
+        )
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for key in SUMMARY_KEYS:
+            table.add_row(key, _fmt(key, result.summary[key]))
+        table.add_row("wall time (s)", f"{result.wall_s:.2f}")
+        console.print(table)
+        for note in trace.notes:
+            err_console.print(f"note: {note}", highlight=False)
+        if out_dir:
+            paths = write_results(result, out_dir)
+            err_console.print(f"wrote {', '.join(p.name for p in paths)} to {out_dir}", highlight=False)
+
+
+simulate_cmd.name = "simulate"
+
+
+def _slug(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", spec).strip("_")
+
+
+@cli.command()
+@workload_options
+@click.option(
+    "--policy", "policies", multiple=True, required=True, help="A policy to compare (repeat): NAME[:key=value,...]."
+)
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), help="Write each policy's results to OUT/<policy>/."
+)
+def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
+    """Replay one trace under several policies and print them side by side."""
+    with _errors():
+        trace, cluster, perf = _load(kw)
+        show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
+        results = [_run(trace, cluster, perf, spec, kw["seed"], show, False) for spec in policies]
+        table = Table(title=f"{len(trace):,} jobs on {cluster.name} ({results[0].num_gpus:,} GPUs)")
+        table.add_column("metric")
+        for spec in policies:
+            table.add_column(spec, justify="right", overflow="fold")
+        for key in SUMMARY_KEYS:
+            table.add_row(key, *(_fmt(key, r.summary[key]) for r in results))
+        table.add_row("wall time (s)", *(f"{r.wall_s:.2f}" for r in results))
+        console.print(table)
+        if out_dir:
+            for spec, result in zip(policies, results, strict=True):
+                write_results(result, Path(out_dir) / _slug(spec))
+            err_console.print(f"wrote results to {out_dir}/<policy>/", highlight=False)
+
+
+@cli.command()
+def policies() -> None:
+    """List the policies and their options (and the performance model's)."""
+    with _errors():
+        table = Table(title="policies (use as --policy NAME[:option=value,...])", show_lines=True)
+        table.add_column("policy", style="bold")
+        table.add_column("what it does")
+        table.add_column("options")
+        for name in policy_names():
+            cls = policy_class(name)
+            opts = "\n".join(
+                f"{fname} ({type_label(tp)}, default {getattr(default, 'value', default)}): {help_}"
+                for fname, tp, default, help_ in config_fields(cls.Config)
+            )
+            table.add_row(name, cls.summary, opts or "-")
+        console.print(table)
+        perf = Table(title="performance model (use as --perf option=value,...)")
+        perf.add_column("option", style="bold")
+        perf.add_column("default", justify="right")
+        perf.add_column("meaning")
+        for fname, _tp, default, help_ in config_fields(PerfModel):
+            perf.add_row(fname, str(default), help_)
+        console.print(perf)
+
+
+@cli.command()
+@click.argument("spec")
+def cluster(spec: str) -> None:
+    """Show what a cluster spec (preset, NxG[:TYPE] or TOML file) contains."""
+    with _errors():
+        c = load_cluster(spec)
+        table = Table(title=f"cluster {c.name}")
+        table.add_column("")
+        table.add_column("")
+        for key, value in describe_cluster(c):
+            table.add_row(key, value)
+        console.print(table)
+
+
+def main() -> None:
+    cli(prog_name="corral")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The ``corral`` command line: the interface scripts rely on (``--out`` files and their columns), compare,
+the policy listing, determinism of output bytes, and clean errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from corral.cli.main import cli
+from corral.sim.data import data_file
+
+SIXTY = str(data_file("tiresias", "60_job.csv"))
+SUMMARY_REQUIRED = (
+    "jobs_total", "jobs_finished", "jobs_unschedulable", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
+    "avg_queueing_s", "makespan_s", "gpu_alloc_util",
+)  # fmt: skip
+JOB_COLUMNS = ["job_id", "tenant", "num_gpus", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "preemptions"]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_simulate_writes_the_documented_files(tmp_path: Path) -> None:
+    code, out = invoke(
+        "simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "n32g4", "--policy", "fifo",
+        "--out", str(tmp_path), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "avg_jct_s" in out and "178.4" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in SUMMARY_REQUIRED:
+        assert key in summary
+    assert summary["jobs_total"] == 60
+    with (tmp_path / "jobs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 60
+    assert list(rows[0])[: len(JOB_COLUMNS)] == JOB_COLUMNS
+    assert rows[0]["job_id"] == "0" and rows[0]["end_s"] == "164.000"
+    assert (tmp_path / "utilization.csv").read_text().startswith("time_s,gpu_alloc_frac\n")
+    assert (tmp_path / "tenants.csv").exists()
+
+
+def test_jobs_that_never_ran_have_empty_start_and_end(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,t,d,g\na,0,10,1\nbig,1,10,64\n")
+    code, out = invoke(
+        "simulate", "--trace", str(trace), "--format", "csv", "--columns", "id=id,submit=t,duration=d,gpus=g",
+        "--cluster", "2x4", "--out", str(tmp_path / "out"), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    rows = {r["job_id"]: r for r in csv.DictReader((tmp_path / "out" / "jobs.csv").open())}
+    assert rows["big"]["start_s"] == "" and rows["big"]["end_s"] == ""
+    assert rows["big"]["status"] == "rejected" and "64 GPUs" in rows["big"]["reason"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["jobs_unschedulable"] == 1
+
+
+def test_same_seed_same_bytes(tmp_path: Path) -> None:
+    args = ["--format", "synthetic", "--jobs", "3000", "--jobs-per-hour", "400", "--cluster", "4x8", "--no-progress"]
+    for name in ("a", "b"):
+        code, out = invoke("simulate", *args, "--seed", "7", "--policy", "srtf", "--out", str(tmp_path / name),
+                           "--record-decisions")  # fmt: skip
+        assert code == 0, out
+    code, out = invoke("simulate", *args, "--seed", "8", "--policy", "srtf", "--out", str(tmp_path / "c"))
+    assert code == 0, out
+    for f in ("summary.json", "jobs.csv", "tenants.csv", "utilization.csv", "decisions.log"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    assert (tmp_path / "a" / "jobs.csv").read_bytes() != (tmp_path / "c" / "jobs.csv").read_bytes()
+
+
+def test_compare_prints_policies_side_by_side(tmp_path: Path) -> None:
+    code, out = invoke(
+        "compare", "--trace", SIXTY, "--format", "tiresias", "--cluster", "2x4",
+        "--policy", "fifo", "--policy", "sjf", "--policy", "srtf:placement=spread", "--out", str(tmp_path),
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "fifo" in out and "sjf" in out and "srtf:placement=spread" in out
+    assert "1,556.5" in out  # FIFO's average JCT on 2x4 (see tests/sim/test_replay.py)
+    assert (tmp_path / "fifo" / "summary.json").exists()
+    assert (tmp_path / "srtf_placement=spread" / "jobs.csv").exists()
+
+
+def test_policies_lists_every_policy_with_options() -> None:
+    code, out = invoke("policies")
+    assert code == 0, out
+    for name in ("fifo", "sjf", "srtf", "placement", "backfill", "restore_s"):
+        assert name in out
+
+
+def test_cluster_describes_a_preset() -> None:
+    code, out = invoke("cluster", "philly")
+    assert code == 0, out
+    assert "2,490" in out or "2490" in out
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("b,5,-3,1", ["t.csv:3", "'d'", "-3"]),
+        ("b,5,abc,1", ["t.csv:3", "'d'", "abc"]),
+        ("b,5,10,0", ["t.csv:3", "'g'", "0"]),
+        ("b,5,10,1.5", ["t.csv:3", "'g'", "1.5"]),
+        ("b,yesterday,10,1", ["t.csv:3", "'t'", "yesterday"]),
+    ],
+)
+def test_bad_rows_stop_the_run_with_file_line_and_column(tmp_path: Path, row: str, expected: list[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"id,t,d,g\na,0,10,1\n{row}\n")
+    args = ["simulate", "--trace", str(trace), "--format", "csv", "--columns", "id=id,submit=t,duration=d,gpus=g",
+            "--cluster", "2x4", "--no-progress"]  # fmt: skip
+    code, out = invoke(*args)
+    assert code == 2
+    assert "error:" in out
+    flat = " ".join(out.split())
+    for piece in expected:
+        assert piece in flat, (piece, out)
+    code, out = invoke(*args, "--skip-invalid")
+    assert code == 0, out
+    assert "skipped 1 rows" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "fifo:colour=red"], "has no option 'colour'"),
+        (["--policy", "fifo:backfill=maybe"], "expected bool"),
+        (["--cluster", "banana"], "banana"),
+        (["--perf", "spread_rate=2"], "spread_rate"),
+    ],
+)
+def test_bad_options_are_clean_errors(args: list[str], message: str) -> None:
+    base = {"--policy": "fifo", "--cluster": "n32g4"}
+    for key, value in zip(args[::2], args[1::2], strict=True):
+        base[key] = value
+    flat_args = [x for kv in base.items() for x in kv]
+    code, out = invoke("simulate", "--trace", SIXTY, "--format", "tiresias", *flat_args, "--no-progress")
+    assert code == 2, out
+    assert message in " ".join(out.split())
+
+
+def test_bad_cluster_file_is_a_clean_error(tmp_path: Path) -> None:
+    bad = tmp_path / "c.toml"
+    bad.write_text('name = "x"\n[[nodes]]\ngpu_type = "nope"\ngpus = 4\n')
+    code, out = invoke("simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", str(bad), "--no-progress")
+    assert code == 2
+    assert "c.toml" in out and "nope" in out
