@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import emit, peak_rss_mib, run_child  # noqa: E402
+from _common import emit, peak_rss_mib, run_child
 
 TARGETS = {"fifo": (10.0, 1536.0)}
 

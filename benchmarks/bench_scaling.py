@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import emit, peak_rss_mib, run_child  # noqa: E402
+from _common import emit, peak_rss_mib, run_child
 
 
 def child(n: int, rate: float, policy: str, cluster_spec: str) -> None:

@@ -118,8 +118,8 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 # Options from strings (CLI: --policy "fifo:placement=spread,backfill=true")
 # ----------------------------------------------------------------------------------------------------------
-def config_fields(config_cls: type[PolicyConfig]) -> list[tuple[str, Any, Any, str]]:
-    """``(name, type, default, help)`` for each option of a policy config class."""
+def config_fields(config_cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
+    """``(name, type, default, help)`` for each field of a config dataclass (a policy's, the perf model's)."""
     hints = typing.get_type_hints(config_cls)
     return [(f.name, hints[f.name], f.default, str(f.metadata.get("help", ""))) for f in dataclasses.fields(config_cls)]
 
@@ -178,16 +178,20 @@ def coerce(name: str, tp: Any, raw: str) -> Any:
     raise ConfigError(f"option {name}: unsupported option type {tp!r}")
 
 
-def build_config(config_cls: type[PolicyConfig], options: Mapping[str, str], policy: str) -> PolicyConfig:
+C = typing.TypeVar("C")
+
+
+def build_config(config_cls: type[C], options: Mapping[str, str], policy: str) -> C:
+    """An instance of the dataclass ``config_cls`` from text options, checked and typed field by field."""
     fields = {name: tp for name, tp, _, _ in config_fields(config_cls)}
     values: dict[str, Any] = {}
     for key, raw in options.items():
         name = key.strip().replace("-", "_")
         if name not in fields:
             known = ", ".join(sorted(fields)) or "none"
-            raise ConfigError(f"policy {policy!r} has no option {key!r} (its options: {known})")
+            raise ConfigError(f"{policy} has no option {key!r} (its options: {known})")
         values[name] = coerce(name, fields[name], raw)
     try:
         return config_cls(**values)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"policy {policy!r}: {exc}") from None
+        raise ConfigError(f"{policy}: {exc}") from None

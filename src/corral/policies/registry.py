@@ -64,7 +64,7 @@ def make_policy(spec: str, *, seed: int = 0) -> BasePolicy:
     """Build a policy from a spec string such as ``"srtf:placement=spread"``."""
     name, options = parse_policy_spec(spec)
     cls = policy_class(name)
-    return cls(build_config(cls.Config, options, name), seed=seed)
+    return cls(build_config(cls.Config, options, f"policy {name!r}"), seed=seed)
 
 
 PolicyFactory = Callable[[], BasePolicy]

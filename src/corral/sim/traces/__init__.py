@@ -55,9 +55,7 @@ def read_trace(
     if fmt == "openb":
         return read_openb(path, skip_invalid=skip_invalid, pending=pending)
     if columns is None:
-        raise ConfigError(
-            "the csv format needs columns, e.g. id=jobid,submit=ts,duration=dur,gpus=n[,tenant=vc]"
-        )
+        raise ConfigError("the csv format needs columns, e.g. id=jobid,submit=ts,duration=dur,gpus=n[,tenant=vc]")
     mapping = parse_columns(columns) if isinstance(columns, str) else columns
     return read_csv(path, mapping, skip_invalid=skip_invalid)
 

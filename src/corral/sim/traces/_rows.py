@@ -37,6 +37,9 @@ PathArg = str | os.PathLike[str]
 # would consult the local timezone and make a replay depend on the machine it runs on.
 _EPOCH = datetime(1970, 1, 1)
 
+# What errors="replace" puts in place of bytes that are not UTF-8.
+_UNDECODABLE = "\ufffd"
+
 # How many example messages of skipped rows a note quotes: enough to show what went wrong, not a flood.
 _EXAMPLES = 3
 
@@ -103,12 +106,12 @@ class CsvRows:
 
     def __enter__(self) -> CsvRows:
         try:
-            # utf-8-sig drops the byte-order mark that spreadsheet programs put in front of the header.
-            self._fh = open(self.file, newline="", encoding="utf-8-sig")
+            # utf-8-sig drops the byte-order mark that spreadsheet programs put in front of the header. Bytes that
+            # are not UTF-8 become U+FFFD instead of raising: the decoder works on blocks of the file, so its error
+            # could not name the line; the cell parsers reject U+FFFD, on the right line.
+            self._fh = open(self.file, newline="", encoding="utf-8-sig", errors="replace")
         except OSError as err:
-            raise TraceError(
-                f"cannot open the {self.fmt} trace: {err.strerror or err}", file=self.file
-            ) from None
+            raise TraceError(f"cannot open the {self.fmt} trace: {err.strerror or err}", file=self.file) from None
         reader = csv.reader(self._fh)
         self._reader = reader
         try:
@@ -118,9 +121,7 @@ class CsvRows:
             raise TraceError(f"cannot read the header: {err}", file=self.file, line=1) from None
         if header is None:
             self.close()
-            raise TraceError(
-                "the file is empty", file=self.file, line=1, expected=self._header_form(), got=""
-            )
+            raise TraceError("the file is empty", file=self.file, line=1, expected=self._header_form(), got="")
         self.header = [name.strip() for name in header]
         self._columns = {}
         for i, name in enumerate(self.header):
@@ -181,7 +182,7 @@ class CsvRows:
             except (csv.Error, UnicodeDecodeError) as err:
                 # The csv module cannot resynchronise after a broken record, so this stops the file even with
                 # skip_invalid: what follows could not be trusted to be split into the right rows.
-                raise TraceError(f"cannot read the row: {err}", file=self.file, line=self.line + 1) from None
+                raise TraceError(f"cannot read the row: {err}", file=self.file, line=reader.line_num) from None
             self.line = reader.line_num  # the physical line: right even after quoted newlines
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
@@ -236,7 +237,10 @@ class CsvRows:
     def skip(self, err: BadRow) -> None:
         """Raise ``err``, or with ``skip_invalid`` tally it and go on."""
         if not self.skip_invalid:
-            raise err
+            # Re-raised as a plain TraceError: BadRow's tally reason is this module's business, not the caller's.
+            raise TraceError(
+                err.message, file=err.file, line=err.line, column=err.column, expected=err.expected, got=err.got
+            ) from None
         self.skipped[err.reason] += 1
         if len(self.examples) < _EXAMPLES:
             self.examples.append(str(err))
@@ -262,10 +266,8 @@ class CsvRows:
     def _reason(self, kind: str, column: str, field: str | None) -> str:
         return f"{kind} {field or column}"
 
-    def text(
-        self, row: list[str], i: int, column: str, *, field: str | None = None, what: str = "a name"
-    ) -> str:
-        value = row[i].strip()
+    def text(self, row: list[str], i: int, column: str, *, field: str | None = None, what: str = "a name") -> str:
+        value = self.optional_text(row, i, column, field=field)
         if not value:
             raise self.bad(
                 f"empty {column}",
@@ -273,6 +275,21 @@ class CsvRows:
                 column=column,
                 expected=f"{what} (non-empty)",
                 got=row[i],
+            )
+        return value
+
+    def optional_text(self, row: list[str], i: int | None, column: str, *, field: str | None = None) -> str:
+        """The stripped cell, "" when empty or when the file has no such column (``i`` None)."""
+        if i is None:
+            return ""
+        value = row[i].strip()
+        if _UNDECODABLE in value:
+            raise self.bad(
+                f"{column} has bytes that are not UTF-8",
+                reason=self._reason("bad", column, field),
+                column=column,
+                expected="UTF-8 text",
+                got=value,
             )
         return value
 
@@ -330,9 +347,7 @@ class CsvRows:
                     n = int(x)
         if n is None or n < minimum or (maximum is not None and n > maximum):
             if what is None:
-                what = (
-                    f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum}"
-                )
+                what = f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum}"
             kind = "missing" if not value.strip() else "bad"
             raise self.bad(
                 f"{'empty' if kind == 'missing' else 'invalid'} {column}",
@@ -343,9 +358,7 @@ class CsvRows:
             )
         return n
 
-    def choice(
-        self, row: list[str], i: int, column: str, choices: Sequence[str], *, field: str | None = None
-    ) -> str:
+    def choice(self, row: list[str], i: int, column: str, choices: Sequence[str], *, field: str | None = None) -> str:
         value = row[i].strip()
         if value not in choices:
             kind = "missing" if not value else "bad"
@@ -380,10 +393,7 @@ class CsvRows:
         try:
             if exact_length is not None and len(value) != exact_length:
                 raise ValueError(value)
-            if time_format is None:
-                dt = datetime.fromisoformat(value)
-            else:
-                dt = datetime.strptime(value, time_format)
+            dt = datetime.fromisoformat(value) if time_format is None else datetime.strptime(value, time_format)
         except ValueError:
             kind = "missing" if not value else "bad"
             raise self.bad(

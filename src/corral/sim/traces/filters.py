@@ -94,9 +94,7 @@ def scale_load(trace: Trace, factor: float) -> Trace:
         jobs = list(trace.jobs)
     else:
         first = trace.jobs[0].submit_s
-        jobs = [
-            dataclasses.replace(job, submit_s=first + (job.submit_s - first) / factor) for job in trace.jobs
-        ]
+        jobs = [dataclasses.replace(job, submit_s=first + (job.submit_s - first) / factor) for job in trace.jobs]
     note = f"scale_load x{factor:g}: inter-arrival times divided by {factor:g} (load x{factor:g})"
     return _derive(trace, jobs, note)
 

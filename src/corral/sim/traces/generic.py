@@ -65,8 +65,7 @@ def check_columns(columns: Mapping[str, str]) -> None:
     missing = [key for key in REQUIRED_FIELDS if not columns.get(key)]
     if missing:
         raise ConfigError(
-            f"--columns: missing required field{'s' if len(missing) > 1 else ''} {', '.join(missing)};"
-            f" expected {_FORM}"
+            f"--columns: missing required field{'s' if len(missing) > 1 else ''} {', '.join(missing)}; expected {_FORM}"
         )
 
 
@@ -134,8 +133,8 @@ def read_csv(
                 duration = rows.seconds(row, i_dur, c_dur, field="duration")
                 gpus = rows.integer(row, i_gpus, c_gpus, field="gpus", minimum=1, integral_floats=True)
                 # --- optional fields
-                tenant = (row[i_tenant].strip() if i_tenant is not None else "") or "default"
-                model = (row[i_model].strip() if i_model is not None else "") or None
+                tenant = rows.optional_text(row, i_tenant, c_tenant, field="tenant") or "default"
+                model = rows.optional_text(row, i_model, c_model, field="model") or None
                 milli = FULL_GPU_MILLI
                 if i_milli is not None and row[i_milli].strip():
                     milli = rows.integer(

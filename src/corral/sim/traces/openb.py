@@ -84,15 +84,11 @@ def read_openb(path: PathArg, *, skip_invalid: bool = False, pending: PendingMod
     end = 0.0  # the trace's end: the largest deletion_time of any valid row, CPU-only pods included
     cpu_only = 0
     with CsvRows(path, fmt="openb", required=COLUMNS, optional=OPTIONAL, skip_invalid=skip_invalid) as rows:
-        i_name, i_gpus, i_milli, i_qos, i_phase, i_create, i_delete, i_sched = (
-            rows.index(c) for c in COLUMNS
-        )
+        i_name, i_gpus, i_milli, i_qos, i_phase, i_create, i_delete, i_sched = (rows.index(c) for c in COLUMNS)
         i_spec = rows.find("gpu_spec")
         for _, row in rows:
             try:
-                pod = _parse(
-                    rows, row, i_name, i_gpus, i_milli, i_spec, i_qos, i_phase, i_create, i_delete, i_sched
-                )
+                pod = _parse(rows, row, i_name, i_gpus, i_milli, i_spec, i_qos, i_phase, i_create, i_delete, i_sched)
                 ids.claim(rows, pod[1], "name")
             except BadRow as err:
                 rows.skip(err)
@@ -206,7 +202,7 @@ def _parse(
             expected="1000 when num_gpu > 1 (shares below a whole GPU are for single-GPU pods)",
             got=row[i_milli],
         )
-    spec = row[i_spec].strip() if i_spec is not None else ""
+    spec = rows.optional_text(row, i_spec, "gpu_spec")
     # dict.fromkeys drops a repeated type but keeps the file's order (a few rows list V100M32 twice).
     types = tuple(dict.fromkeys(t.strip() for t in spec.split("|") if t.strip())) if spec else ()
     qos = rows.choice(row, i_qos, "qos", tuple(QOS_CLASS))

@@ -38,9 +38,7 @@ def read_philly(path: PathArg, *, skip_invalid: bool = False) -> Trace:
         i_ts, i_dur, i_gpus, i_vc = (rows.index(c) for c in COLUMNS)
         for i, row in rows:
             try:
-                ts = rows.timestamp(
-                    row, i_ts, "timestamp", field="submit", exact_length=19, what=TIMESTAMP_FORM
-                )
+                ts = rows.timestamp(row, i_ts, "timestamp", field="submit", exact_length=19, what=TIMESTAMP_FORM)
                 duration = rows.seconds(row, i_dur, "duration")
                 gpus = rows.integer(row, i_gpus, "num_gpus", minimum=1)
                 vc = rows.text(row, i_vc, "cluster", what="a virtual cluster name")
@@ -54,9 +52,7 @@ def read_philly(path: PathArg, *, skip_invalid: bool = False) -> Trace:
     for i, line, ts, duration, gpus, vc in parsed:
         try:
             jobs.append(
-                JobSpec(
-                    job_id=f"philly-{i}", submit_s=ts - origin, num_gpus=gpus, duration_s=duration, tenant=vc
-                )
+                JobSpec(job_id=f"philly-{i}", submit_s=ts - origin, num_gpus=gpus, duration_s=duration, tenant=vc)
             )
         except JobSpecError as err:  # cannot happen after the checks above; kept so it would be located
             rows.skip(rows.bad_spec(err, line))

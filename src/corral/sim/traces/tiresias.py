@@ -24,9 +24,7 @@ def read_tiresias(path: PathArg, *, skip_invalid: bool = False) -> Trace:
     """Read a Tiresias CSV; bad rows raise :class:`~corral.core.errors.TraceError` unless ``skip_invalid``."""
     jobs: list[JobSpec] = []
     ids = IdRegistry()
-    with CsvRows(
-        path, fmt="tiresias", required=COLUMNS, optional=OPTIONAL, skip_invalid=skip_invalid
-    ) as rows:
+    with CsvRows(path, fmt="tiresias", required=COLUMNS, optional=OPTIONAL, skip_invalid=skip_invalid) as rows:
         i_id, i_gpus, i_submit, i_model, i_dur = (rows.index(c) for c in COLUMNS)
         for _, row in rows:
             try:
@@ -34,13 +32,11 @@ def read_tiresias(path: PathArg, *, skip_invalid: bool = False) -> Trace:
                 gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=1)
                 submit = rows.seconds(row, i_submit, "submit_time", field="submit")
                 duration = rows.seconds(row, i_dur, "duration")
-                model = row[i_model].strip() or None
+                model = rows.optional_text(row, i_model, "model_name", field="model") or None
                 ids.claim(rows, job_id, "job_id")  # last, so a row rejected for another reason keeps no id
                 try:
                     jobs.append(
-                        JobSpec(
-                            job_id=job_id, submit_s=submit, num_gpus=gpus, duration_s=duration, model=model
-                        )
+                        JobSpec(job_id=job_id, submit_s=submit, num_gpus=gpus, duration_s=duration, model=model)
                     )
                 except JobSpecError as err:
                     raise rows.bad_spec(err, rows.line) from None
