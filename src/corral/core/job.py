@@ -68,8 +68,8 @@ class JobSpec:
             raise JobSpecError(
                 f"job {self.job_id!r}: a fractional share (gpu_milli={self.gpu_milli}) needs num_gpus == 1"
             )
-        if self.duration_s is not None and (math.isnan(self.duration_s) or self.duration_s < 0):
-            raise JobSpecError(f"job {self.job_id!r}: duration_s must be >= 0, got {self.duration_s!r}")
+        if self.duration_s is not None and not 0 <= self.duration_s < math.inf:
+            raise JobSpecError(f"job {self.job_id!r}: duration_s must be finite and >= 0, got {self.duration_s!r}")
         if math.isnan(self.submit_s) or math.isinf(self.submit_s):
             raise JobSpecError(f"job {self.job_id!r}: submit_s must be finite, got {self.submit_s!r}")
         if self.gpu_mem_mib is not None and self.gpu_mem_mib < 0:

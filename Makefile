@@ -1,0 +1,14 @@
+# Convenience targets; each is a plain command you can also run by hand inside the virtual environment.
+.PHONY: test lint bench
+
+test:
+	python -m pytest
+
+lint:
+	mypy
+	ruff check src tests benchmarks
+	ruff format --check src tests benchmarks
+
+bench:
+	python benchmarks/bench_philly.py --policy fifo --policy sjf --policy srtf
+	python benchmarks/bench_scaling.py
