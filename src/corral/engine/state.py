@@ -34,6 +34,7 @@ from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView
 from corral.core.placement import Placement
 from corral.core.tenant import Tenant
+from corral.policies.view import PendingEntry, PendingShape
 
 QueueKey = Callable[[JobView], tuple[Any, ...]]
 
@@ -80,6 +81,8 @@ class ClusterState:
         self._jobs: dict[str, JobStatus] = {}
         self._pending: SortedList = SortedList()
         self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
+        self._groups: dict[PendingShape, SortedList] = {}  # the same entries, split by shape
+        self._shape_of: dict[str, PendingShape] = {}  # pending jobs only
         self._running: dict[str, JobStatus] = {}
         self._seq = 0
         self._guaranteed_milli: dict[str, int] = {}
@@ -118,6 +121,9 @@ class ClusterState:
     @property
     def num_pending(self) -> int:
         return len(self._pending)
+
+    def pending_groups(self) -> Iterator[tuple[PendingShape, Sequence[PendingEntry]]]:
+        return iter(self._groups.items())
 
     def running(self) -> Iterator[JobStatus]:
         return iter(self._running.values())
@@ -263,14 +269,37 @@ class ClusterState:
             raise InvariantViolation(f"cannot {what} job {job_id!r}: it is {job.phase.value}, not {phase.value}")
         return job
 
+    def _shape(self, spec: JobSpec) -> PendingShape:
+        whole = spec.gpu_milli == FULL_GPU_MILLI
+        quota_tenant = None
+        if spec.job_class is JobClass.GUARANTEED:
+            tenant = self._tenants.get(spec.tenant)
+            if tenant is not None and tenant.quota_gpus is not None:
+                quota_tenant = spec.tenant
+        size = spec.num_gpus if whole else spec.gpu_milli
+        return PendingShape(whole, spec.gpu_types, spec.gpu_mem_mib, size, quota_tenant)
+
     def _enqueue(self, job: JobStatus) -> None:
         self._seq += 1
+        job_id = job.spec.job_id
         entry = (self._queue_key(job), self._seq, job)
         self._pending.add(entry)
-        self._pending_entry[job.spec.job_id] = entry
+        self._pending_entry[job_id] = entry
+        shape = self._shape_of[job_id] = self._shape(job.spec)
+        group = self._groups.get(shape)
+        if group is None:
+            group = self._groups[shape] = SortedList()
+        group.add(entry)
 
     def _dequeue(self, job: JobStatus) -> None:
-        self._pending.remove(self._pending_entry.pop(job.spec.job_id))
+        job_id = job.spec.job_id
+        entry = self._pending_entry.pop(job_id)
+        self._pending.remove(entry)
+        shape = self._shape_of.pop(job_id)
+        group = self._groups[shape]
+        group.remove(entry)
+        if not group:
+            del self._groups[shape]
 
     def _check_placement(self, spec: JobSpec, placement: Placement) -> None:
         topo = self._topo
@@ -378,6 +407,10 @@ class ClusterState:
         alloc = 0
         for job in self._jobs.values():
             in_pending = job.spec.job_id in self._pending_entry
+            shape = self._shape_of.get(job.spec.job_id)
+            grouped = shape is not None and self._pending_entry[job.spec.job_id] in self._groups.get(shape, ())
+            if in_pending != grouped:
+                raise InvariantViolation(f"job {job.spec.job_id!r} is missing from its pending group")
             in_running = job.spec.job_id in self._running
             if (job.phase is JobPhase.PENDING) != in_pending or (job.phase is JobPhase.RUNNING) != in_running:
                 raise InvariantViolation(f"job {job.spec.job_id!r} is {job.phase.value} but indexed otherwise")

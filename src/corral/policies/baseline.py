@@ -14,17 +14,17 @@ what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no pa
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from sortedcontainers import SortedList
 
 from corral.core.decisions import Action, Decision, Launch, Preempt
-from corral.core.job import FULL_GPU_MILLI, JobPhase, JobSpec, JobView
+from corral.core.job import JobPhase, JobSpec, JobView
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -33,32 +33,27 @@ PLACEMENT_HELP = "where a job's GPUs go: consolidated (fewest nodes, best fit), 
 
 def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, backfill: bool) -> list[Action]:
     """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
-    unless ``backfill``.
-
-    Why this stays cheap on long queues: whether a job fits depends only on its size, its GPU types and its
-    memory need (every strategy finds GPUs whenever enough are free), so once a job of some size failed in
-    this round, larger jobs with the same constraints are skipped without a placement attempt, and the walk
-    ends as soon as nothing at all is free.
+    unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
+    either (see :mod:`corral.policies.queue`), and the walk ends as soon as nothing at all is free.
     """
     launches: list[Action] = []
-    smallest_failed: dict[tuple[Any, ...], int] = {}
-    for job in view.pending():
+    walk = PendingWalk(view)
+    for shape, job in walk:
         spec = job.spec
-        whole = spec.gpu_milli == FULL_GPU_MILLI
-        if planner.total_free() == 0 and (whole or not planner.has_partial()):
+        if planner.total_free() == 0 and (shape.whole or not planner.has_partial()):
             if not backfill or not planner.has_partial():
                 break
+            walk.block(shape)
             continue
-        key = (whole, spec.gpu_types, spec.gpu_mem_mib)
-        size = spec.num_gpus if whole else spec.gpu_milli
-        placement = None
-        if size < smallest_failed.get(key, math.inf) and planner.quota_allows(spec):
+        if not planner.quota_allows(spec):
+            walk.block(shape, quota=True)
+        else:
             placement = place(planner, spec, strategy, allowed_types(view, spec))
-            if placement is None:
-                smallest_failed[key] = size
-        if placement is not None:
-            launches.append(Launch(spec.job_id, placement))
-        elif not backfill:
+            if placement is not None:
+                launches.append(Launch(spec.job_id, placement))
+                continue
+            walk.block(shape)
+        if not backfill:
             break
     return launches
 
@@ -102,7 +97,10 @@ class SjfPolicy(BasePolicy):
     Config = SjfConfig
 
     def queue_key(self, job: JobView) -> tuple[Any, ...]:
-        return (job.spec.duration_s, job.spec.submit_s)
+        # A job without a duration is rejected on admission, but it enters the queue first: its key must still
+        # compare with the others' (None < float would raise).
+        d = job.spec.duration_s
+        return (float("inf") if d is None else d, job.spec.submit_s)
 
     def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
         return _oracle_reason(view, spec, self.name)
@@ -174,17 +172,17 @@ class SrtfPolicy(BasePolicy):
         time (only those with strictly more than the waiting job), until it fits."""
         actions: list[Action] = []
         taken: set[str] = set()
-        smallest_failed: dict[tuple[Any, ...], int] = {}
         longest = self._by_end[-1][0] - now_s
-        for job in view.pending():
+        walk = PendingWalk(view)
+        for shape, job in walk:
             if job.spec.job_id in launched:
                 continue
             remaining = _remaining(job)
             if remaining >= longest:
                 break  # queue order is by remaining time: no later job can preempt anyone either
             spec = job.spec
-            key = (spec.gpu_milli, spec.gpu_types, spec.gpu_mem_mib)
-            if spec.num_gpus >= smallest_failed.get(key, math.inf) or not planner.quota_allows(spec):
+            if not planner.quota_allows(spec):
+                walk.block(shape, quota=True)
                 continue
             types = allowed_types(view, spec)
             victims: list[JobView] = []
@@ -205,7 +203,8 @@ class SrtfPolicy(BasePolicy):
                 for victim in victims:
                     assert victim.placement is not None
                     planner.take(victim.spec, list(victim.placement.gpus))
-                smallest_failed[key] = spec.num_gpus
+                # Later jobs of this shape have at least as much remaining time, so fewer victims: skip them.
+                walk.block(shape)
                 continue
             used = set(placement.gpus)
             for victim in victims:

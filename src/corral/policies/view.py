@@ -13,11 +13,31 @@ returns must not be mutated.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from corral.core.cluster import Topology
 from corral.core.job import JobView
 from corral.core.tenant import Tenant
+
+
+class PendingShape(NamedTuple):
+    """What decides whether a pending job fits, besides the cluster: jobs of one shape fit or fail alike.
+
+    ``size`` is the number of GPUs for whole-GPU jobs and the share (milli-GPU) for fractional ones; a job of
+    a larger size with the same other fields cannot fit where a smaller one failed. ``quota_tenant`` is the
+    tenant for guaranteed jobs of tenants with a quota (their fit also depends on that tenant's usage), else
+    ``None``.
+    """
+
+    whole: bool
+    gpu_types: tuple[str, ...]
+    gpu_mem_mib: int | None
+    size: int
+    quota_tenant: str | None
+
+
+# A pending queue entry: (policy queue key, arrival sequence number, job). Entries sort in queue order.
+PendingEntry = tuple[tuple[Any, ...], int, JobView]
 
 
 class ClusterView(Protocol):
@@ -35,6 +55,11 @@ class ClusterView(Protocol):
 
     @property
     def num_pending(self) -> int: ...
+
+    def pending_groups(self) -> Iterator[tuple[PendingShape, Sequence[PendingEntry]]]:
+        """The pending queue split by :class:`PendingShape`, each group in queue order. Lets a round skip every
+        job of a shape that cannot fit without looking at them one by one (see ``policies.queue``)."""
+        ...
 
     def running(self) -> Iterator[JobView]:
         """Running jobs in the order they were launched."""

@@ -1,0 +1,166 @@
+"""JobSpec, JobStatus, Placement, Tenant and Decision: validation at the edge, with the job named."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from corral.core.decisions import Decision, Launch, Preempt, Reject
+from corral.core.errors import CorralError, JobSpecError
+from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.placement import Placement
+from corral.core.tenant import Tenant
+
+
+def spec(**overrides: Any) -> JobSpec:
+    fields: dict[str, Any] = {"job_id": "job-7", "submit_s": 0.0, "num_gpus": 1, "duration_s": 10.0}
+    fields.update(overrides)
+    return JobSpec(**fields)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mentions"),
+    [
+        ({"num_gpus": 0}, "num_gpus"),
+        ({"num_gpus": -2}, "num_gpus"),
+        ({"num_gpus": 1.5}, "num_gpus"),
+        ({"num_gpus": 2.0}, "num_gpus"),  # a float, even integral, is not a GPU count
+        ({"num_gpus": True}, "num_gpus"),  # bool is an int subclass, but not a count
+        ({"num_gpus": "2"}, "num_gpus"),
+        ({"gpu_milli": 0}, "gpu_milli"),
+        ({"gpu_milli": -1}, "gpu_milli"),
+        ({"gpu_milli": 1001}, "gpu_milli"),
+        ({"gpu_milli": 500.0}, "gpu_milli"),
+        ({"num_gpus": 2, "gpu_milli": 500}, "fractional share"),
+        ({"num_gpus": 8, "gpu_milli": 999}, "num_gpus == 1"),
+        ({"duration_s": -1.0}, "duration_s"),
+        ({"duration_s": -1e-9}, "duration_s"),
+        ({"duration_s": math.nan}, "duration_s"),
+        ({"duration_s": math.inf}, "duration_s"),  # a job that never ends would never free its GPUs
+        ({"submit_s": math.nan}, "submit_s"),
+        ({"submit_s": math.inf}, "submit_s"),
+        ({"gpu_mem_mib": -1}, "gpu_mem_mib"),
+    ],
+)
+def test_invalid_spec_raises_naming_the_job(overrides: dict[str, Any], mentions: str) -> None:
+    with pytest.raises(JobSpecError) as info:
+        spec(**overrides)
+    message = str(info.value)
+    assert "'job-7'" in message
+    assert mentions in message
+    # A user error, not a crash: part of the CorralError hierarchy (and a ValueError for generic callers).
+    assert isinstance(info.value, CorralError)
+    assert isinstance(info.value, ValueError)
+
+
+def test_empty_job_id_is_rejected() -> None:
+    with pytest.raises(JobSpecError, match="job_id"):
+        spec(job_id="")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"duration_s": 0.0},
+        {"duration_s": None},
+        {"num_gpus": 1, "gpu_milli": 1},
+        {"num_gpus": 1, "gpu_milli": 1000},
+        {"num_gpus": 64, "gpu_milli": 1000},
+        {"submit_s": -5.0},
+        {"gpu_mem_mib": 0},
+    ],
+)
+def test_valid_specs(overrides: dict[str, Any]) -> None:
+    s = spec(**overrides)
+    assert s.job_id == "job-7"
+
+
+@pytest.mark.parametrize(("num_gpus", "milli", "demand"), [(1, 1000, 1000), (4, 1000, 4000), (1, 250, 250)])
+def test_gpu_demand_milli(num_gpus: int, milli: int, demand: int) -> None:
+    assert spec(num_gpus=num_gpus, gpu_milli=milli).gpu_demand_milli == demand
+
+
+def test_spec_defaults_and_frozen() -> None:
+    s = spec()
+    assert (s.tenant, s.gpu_milli, s.job_class, s.priority, s.gpu_types, s.gpu_mem_mib) == (
+        "default",
+        1000,
+        JobClass.GUARANTEED,
+        0,
+        (),
+        None,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.num_gpus = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("phase", "terminal"),
+    [(JobPhase.PENDING, False), (JobPhase.RUNNING, False), (JobPhase.FINISHED, True), (JobPhase.REJECTED, True)],
+)
+def test_terminal_phases(phase: JobPhase, terminal: bool) -> None:
+    assert phase.is_terminal is terminal
+
+
+def test_status_derived_fields() -> None:
+    status = JobStatus(spec(submit_s=5.0, duration_s=100.0))
+    assert status.job_id == "job-7"
+    assert status.phase is JobPhase.PENDING
+    assert status.remaining_work_s == 100.0
+    assert status.jct_s is None
+    status.work_done_s = 40.0
+    assert status.remaining_work_s == 60.0
+    status.work_done_s = 150.0  # never negative, even if the model overshoots
+    assert status.remaining_work_s == 0.0
+    status.end_s = 125.0
+    assert status.jct_s == 120.0
+    assert JobStatus(spec(duration_s=None)).remaining_work_s is None
+
+
+# -- Placement ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("gpus", "milli", "mentions"),
+    [
+        ((), 1000, "at least one GPU"),
+        ((1, 2, 1), 1000, "twice"),
+        ((0,), 0, "1..1000"),
+        ((0,), -5, "1..1000"),
+        ((0,), 1001, "1..1000"),
+    ],
+)
+def test_invalid_placement(gpus: tuple[int, ...], milli: int, mentions: str) -> None:
+    with pytest.raises(JobSpecError, match=mentions.replace(".", r"\.")):
+        Placement(gpus, milli)
+
+
+def test_placement_fields() -> None:
+    p = Placement((3, 4, 5))
+    assert p.num_gpus == 3
+    assert p.gpu_milli == 1000
+    assert Placement((2,), 1).gpu_milli == 1
+    assert Placement((0, 1)) == Placement((0, 1), 1000)  # value semantics: decisions compare by content
+
+
+# -- Tenant ---------------------------------------------------------------------------------------------------
+def test_tenant_validation() -> None:
+    assert Tenant("t").quota_gpus is None
+    assert Tenant("t", 0).quota_gpus == 0
+    with pytest.raises(JobSpecError, match=r"'t'.*quota_gpus"):
+        Tenant("t", -1)
+    with pytest.raises(JobSpecError, match="name"):
+        Tenant("")
+
+
+# -- Decision -------------------------------------------------------------------------------------------------
+def test_decision_truthiness_and_length() -> None:
+    assert not Decision.NOTHING
+    assert len(Decision.NOTHING) == 0
+    d = Decision((Preempt("a"), Launch("b", Placement((0,))), Reject("c", "too big")), wake_at_s=5.0)
+    assert d
+    assert len(d) == 3
+    assert d.wake_at_s == 5.0
+    assert not Decision((), wake_at_s=1.0)  # a wake-up alone is not an action
