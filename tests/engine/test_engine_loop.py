@@ -14,7 +14,7 @@ import pytest
 from builders import cluster, job
 from corral.core.cluster import Cluster, Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject
-from corral.core.errors import InvariantViolation
+from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.placement import Placement
 from corral.engine.clock import VirtualClock
@@ -135,7 +135,10 @@ def test_job_that_never_fits_is_rejected_and_the_run_ends() -> None:
 def test_feed_rejects_out_of_order_jobs() -> None:
     e = engine(cluster(nodes=1, gpus=1), FifoPolicy())
     e.feed([job("a", submit=10), job("b", submit=5)])
-    with pytest.raises(ValueError, match="submission order: 'b' comes before 'a'"):
+    # A user error (CorralError, so the CLI prints it cleanly), naming both jobs and their times.
+    with pytest.raises(
+        JobSpecError, match=r"submission order: 'b' \(submitted at 5.*\) comes after 'a' \(submitted at 10"
+    ):
         e.run()
     assert "b" not in e.state  # never admitted
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject
-from corral.core.errors import InvariantViolation
+from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
 from corral.core.job import JobPhase, JobSpec
 from corral.engine.clock import Clock
@@ -75,7 +75,10 @@ class Engine:
         self.queue.push(max(spec.submit_s, self.clock.now()), JobSubmitted(spec))
 
     def feed(self, jobs: Iterable[JobSpec]) -> None:
-        """Stream jobs sorted by ``submit_s``; only the next arrival is queued at any time."""
+        """Stream jobs sorted by ``submit_s``; only the next arrival is queued at any time.
+
+        The order check compares each job with the one fed before it; jobs given to :meth:`submit` meanwhile
+        are independent of the stream."""
         if self._arrivals is not None:
             raise RuntimeError("the engine is already being fed a stream of jobs")
         self._arrivals = iter(jobs)
@@ -89,7 +92,10 @@ class Engine:
             self._arrivals = None
             return
         if previous is not None and spec.submit_s < previous.submit_s:
-            raise ValueError(f"jobs must be fed in submission order: {spec.job_id!r} comes before {previous.job_id!r}")
+            raise JobSpecError(
+                f"jobs must be fed in submission order: {spec.job_id!r} (submitted at {spec.submit_s}) comes "
+                f"after {previous.job_id!r} (submitted at {previous.submit_s})"
+            )
         self.queue.push(spec.submit_s, JobSubmitted(spec))
 
     # -- the loop -------------------------------------------------------------------------------------------

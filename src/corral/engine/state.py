@@ -201,8 +201,8 @@ class ClusterState:
         if spec.job_id in self._jobs:
             raise JobSpecError(f"job id {spec.job_id!r} was submitted twice")
         job = JobStatus(spec=spec, queued_since_s=now_s)
+        self._enqueue(job)  # first: if the policy's queue key fails, nothing has been recorded
         self._jobs[spec.job_id] = job
-        self._enqueue(job)
         return job
 
     def reject(self, job_id: str, reason: str, now_s: float) -> JobStatus:

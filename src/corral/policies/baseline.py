@@ -132,8 +132,11 @@ class SrtfPolicy(BasePolicy):
 
     def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
-        # Running jobs by nominal end = start + remaining work at start. Every running job's remaining time
-        # falls at the same rate, so this order is stable while jobs run and need not be re-sorted.
+        # Running jobs by nominal end = start + remaining work at start. Treating every running job's remaining
+        # time as falling at one second per second keeps this order stable while jobs run (no re-sorting), at the
+        # price of misjudging jobs on faster or slower GPUs, spread placements or during a restore: the policy
+        # does not see the performance model, as a live scheduler would not. Exact at preemption time, since
+        # the executor reports true progress then.
         self._by_end: SortedList = SortedList()
         self._entry: dict[str, tuple[float, str]] = {}
 
@@ -195,6 +198,9 @@ class SrtfPolicy(BasePolicy):
                 victim = view.job(victim_id)
                 planner.release(victim)
                 victims.append(victim)
+                # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
+                if shape.whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
+                    continue
                 placement = place(planner, spec, strategy, types)
                 if placement is not None:
                     break

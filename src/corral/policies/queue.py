@@ -70,4 +70,3 @@ class PendingWalk:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (nxt[0], nxt[1], shape, nxt[2], it))
-

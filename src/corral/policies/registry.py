@@ -49,6 +49,7 @@ def policy_class(name: str) -> type[BasePolicy]:
 def parse_policy_spec(spec: str) -> tuple[str, dict[str, str]]:
     """``"name:key=value,key=value"`` -> ``("name", {"key": "value", ...})``."""
     name, _, rest = spec.strip().partition(":")
+    name = name.strip()
     options: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = part.partition("=")
