@@ -59,23 +59,34 @@ def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, ba
 
 
 @dataclass(frozen=True, slots=True)
-class FifoConfig(PolicyConfig):
+class QueueConfig(PolicyConfig):
     placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
     backfill: bool = option(False, "let jobs behind a job that does not fit start if they fit")
 
 
-@register_policy
-class FifoPolicy(BasePolicy):
-    name = "fifo"
-    summary = "first come, first served; strict gang; optional backfilling"
-    Config = FifoConfig
+class QueuePolicy(BasePolicy):
+    """A non-preemptive queue: walk it in :meth:`queue_key` order and launch what fits (see :func:`fill`)."""
+
+    Config = QueueConfig
 
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         cfg = self.config
-        assert isinstance(cfg, FifoConfig)
+        assert isinstance(cfg, QueueConfig)
         if not view.num_pending:
             return Decision.NOTHING
         return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill)))
+
+
+@dataclass(frozen=True, slots=True)
+class FifoConfig(QueueConfig):
+    """FIFO's options: those of every queue policy, with head-of-line blocking by default."""
+
+
+@register_policy
+class FifoPolicy(QueuePolicy):
+    name = "fifo"
+    summary = "first come, first served; strict gang; optional backfilling"
+    Config = FifoConfig
 
 
 def _oracle_reason(view: ClusterView, spec: JobSpec, policy: str) -> str | None:
@@ -85,13 +96,12 @@ def _oracle_reason(view: ClusterView, spec: JobSpec, policy: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class SjfConfig(PolicyConfig):
-    placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
+class SjfConfig(QueueConfig):
     backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
 
 
 @register_policy
-class SjfPolicy(BasePolicy):
+class SjfPolicy(QueuePolicy):
     name = "sjf"
     summary = "shortest job first by trace duration (oracle); non-preemptive"
     Config = SjfConfig
@@ -105,18 +115,9 @@ class SjfPolicy(BasePolicy):
     def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
         return _oracle_reason(view, spec, self.name)
 
-    def schedule(self, view: ClusterView, now_s: float) -> Decision:
-        cfg = self.config
-        assert isinstance(cfg, SjfConfig)
-        if not view.num_pending:
-            return Decision.NOTHING
-        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill)))
-
 
 @dataclass(frozen=True, slots=True)
-class SrtfConfig(PolicyConfig):
-    placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
-    backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
+class SrtfConfig(SjfConfig):
     preempt: bool = option(True, "preempt running jobs with more remaining time for a waiting job")
 
 
