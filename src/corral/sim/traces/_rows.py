@@ -310,15 +310,19 @@ class CsvRows:
             x = math.nan
         # One comparison catches negatives and NaN (NaN compares False); inf is caught by the second.
         if not (0.0 <= x < math.inf):
-            kind = "missing" if not value.strip() else "bad"
-            raise self.bad(
-                f"{'empty' if kind == 'missing' else 'invalid'} {column}",
-                reason=self._reason(kind, column, field),
-                column=column,
-                expected=what,
-                got=value,
-            )
+            raise self._invalid(value, column, field, what)
         return x
+
+    def _invalid(self, value: str, column: str, field: str | None, what: str, verb: str = "invalid") -> BadRow:
+        """The error for a cell that is empty or does not hold ``what`` ("invalid", "unknown" ... ``column``)."""
+        kind = "missing" if not value.strip() else "bad"
+        return self.bad(
+            f"{'empty' if kind == 'missing' else verb} {column}",
+            reason=self._reason(kind, column, field),
+            column=column,
+            expected=what,
+            got=value,
+        )
 
     def integer(
         self,
@@ -348,27 +352,13 @@ class CsvRows:
         if n is None or n < minimum or (maximum is not None and n > maximum):
             if what is None:
                 what = f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum}"
-            kind = "missing" if not value.strip() else "bad"
-            raise self.bad(
-                f"{'empty' if kind == 'missing' else 'invalid'} {column}",
-                reason=self._reason(kind, column, field),
-                column=column,
-                expected=what,
-                got=value,
-            )
+            raise self._invalid(value, column, field, what)
         return n
 
     def choice(self, row: list[str], i: int, column: str, choices: Sequence[str], *, field: str | None = None) -> str:
         value = row[i].strip()
         if value not in choices:
-            kind = "missing" if not value else "bad"
-            raise self.bad(
-                f"{'empty' if kind == 'missing' else 'unknown'} {column}",
-                reason=self._reason(kind, column, field),
-                column=column,
-                expected="one of " + ", ".join(choices),
-                got=row[i],
-            )
+            raise self._invalid(row[i], column, field, "one of " + ", ".join(choices), verb="unknown")
         return value
 
     def timestamp(
@@ -395,14 +385,8 @@ class CsvRows:
                 raise ValueError(value)
             dt = datetime.fromisoformat(value) if time_format is None else datetime.strptime(value, time_format)
         except ValueError:
-            kind = "missing" if not value else "bad"
-            raise self.bad(
-                f"{'empty' if kind == 'missing' else 'unparseable'} {column}",
-                reason=self._reason(kind, column, field),
-                column=column,
-                expected=what if time_format is None else f"a timestamp in the form {time_format!r}",
-                got=row[i],
-            ) from None
+            expected = what if time_format is None else f"a timestamp in the form {time_format!r}"
+            raise self._invalid(row[i], column, field, expected, verb="unparseable") from None
         if dt.tzinfo is not None:
             dt = dt.astimezone(UTC).replace(tzinfo=None)
         return (dt - _EPOCH).total_seconds()
