@@ -16,13 +16,15 @@ Indexes are kept incrementally so that a scheduling round never scans all GPUs o
   (best-fit is "the first non-empty bucket at or above k"), and the nodes with any free GPU in index order
   (first-fit);
 - per GPU type, partly taken GPUs sorted by free share (best-fit for fractional requests);
-- the pending queue sorted by the policy's key, and the running jobs in launch order.
+- the pending queue sorted by the policy's key, in one sorted group per job shape (see ``PendingShape``), and the
+  running jobs in launch order.
 
 Buckets are insertion-ordered dicts used as ordered sets: deterministic (insertion history is) and O(1).
 """
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -79,9 +81,8 @@ class ClusterState:
         self._partial: list[SortedList] = [SortedList() for _ in range(n_types)]
 
         self._jobs: dict[str, JobStatus] = {}
-        self._pending: SortedList = SortedList()
         self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
-        self._groups: dict[PendingShape, SortedList] = {}  # the same entries, split by shape
+        self._groups: dict[PendingShape, SortedList] = {}  # the pending queue, split by shape
         self._shape_of: dict[str, PendingShape] = {}  # pending jobs only
         self._running: dict[str, JobStatus] = {}
         self._seq = 0
@@ -116,11 +117,13 @@ class ClusterState:
         return job_id in self._jobs
 
     def pending(self) -> Iterator[JobStatus]:
-        return (entry[2] for entry in self._pending)
+        # The queue is kept only as per-shape groups (what rounds use); the whole order is their merge.
+        # Entries are (key, seq, job) with a unique seq, so the merge never compares jobs.
+        return (entry[2] for entry in heapq.merge(*self._groups.values()))
 
     @property
     def num_pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending_entry)
 
     def pending_groups(self) -> Iterator[tuple[PendingShape, Sequence[PendingEntry]]]:
         return iter(self._groups.items())
@@ -283,7 +286,6 @@ class ClusterState:
         self._seq += 1
         job_id = job.spec.job_id
         entry = (self._queue_key(job), self._seq, job)
-        self._pending.add(entry)
         self._pending_entry[job_id] = entry
         shape = self._shape_of[job_id] = self._shape(job.spec)
         group = self._groups.get(shape)
@@ -294,7 +296,6 @@ class ClusterState:
     def _dequeue(self, job: JobStatus) -> None:
         job_id = job.spec.job_id
         entry = self._pending_entry.pop(job_id)
-        self._pending.remove(entry)
         shape = self._shape_of.pop(job_id)
         group = self._groups[shape]
         group.remove(entry)
