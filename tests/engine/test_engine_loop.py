@@ -52,8 +52,9 @@ class Scripted(BasePolicy):
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         self.changes.append((now_s, job.spec.job_id, job.phase))
 
-    def on_timer(self, view: ClusterView, now_s: float) -> None:
+    def on_timer(self, view: ClusterView, now_s: float) -> tuple[str, ...]:
         self.timers.append(now_s)
+        return ()
 
 
 def engine(c: Cluster, policy: BasePolicy, restore_s: float = 0.0) -> Engine:

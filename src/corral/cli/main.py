@@ -107,6 +107,11 @@ def workload_options(fn: F) -> F:
             help="openb: Pending pods never started in the trace; drop them, or keep them with their lifetime.",
         ),
         click.option(
+            "--model-mix",
+            help="Draw a model for each job without one: 'default' (Gavel's job types, uniform), "
+            "'resnet50=2,vgg16=1', or 'none'. Default: 'default' when a chosen policy uses models, else none.",
+        ),
+        click.option(
             "--perf", help="Performance model options, e.g. spread_rate=0.7,restore_s=10 (see `corral policies`)."
         ),
         click.option(
@@ -118,7 +123,15 @@ def workload_options(fn: F) -> F:
     return fn
 
 
-def _workload(kw: dict[str, Any]) -> WorkloadSpec:
+def _model_mix(text: str | None, policy_specs: Sequence[str]) -> str | None:
+    """The mix to draw missing models from: the user's, else the default one when a policy reads models."""
+    if text is not None:
+        return None if text.strip().lower() == "none" else text
+    needs = any(policy_class(parse_policy_spec(spec)[0]).needs_models for spec in policy_specs)
+    return "default" if needs else None
+
+
+def _workload(kw: dict[str, Any], policy_specs: Sequence[str] = ()) -> WorkloadSpec:
     start, end = _parse_window(kw["window"])
     tenants = tuple(t.strip() for t in kw["tenants"].split(",") if t.strip()) if kw["tenants"] else ()
     return WorkloadSpec(
@@ -139,6 +152,7 @@ def _workload(kw: dict[str, Any]) -> WorkloadSpec:
         sample=kw["sample"],
         scale_load=kw["scale_load"],
         limit=kw["limit"],
+        model_mix=_model_mix(kw["model_mix"], policy_specs),
     )
 
 
@@ -151,8 +165,8 @@ def _errors() -> Iterator[None]:
         sys.exit(2)
 
 
-def _load(kw: dict[str, Any]) -> tuple[Trace, Cluster, PerfModel]:
-    trace = build_trace(_workload(kw))
+def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Cluster, PerfModel]:
+    trace = build_trace(_workload(kw, policy_specs))
     cluster = load_cluster(kw["cluster_spec"])
     perf = build_config(PerfModel, _kv(kw["perf"]), "the perf model")
     if trace.skipped_total:
@@ -223,7 +237,7 @@ def cli() -> None:
 def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, **kw: Any) -> None:
     """Replay a trace on a cluster under one policy."""
     with _errors():
-        trace, cluster, perf = _load(kw)
+        trace, cluster, perf = _load(kw, [policy_spec])
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
         result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record_decisions and out_dir is not None)
         table = Table(
@@ -261,7 +275,7 @@ def _slug(spec: str) -> str:
 def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
-        trace, cluster, perf = _load(kw)
+        trace, cluster, perf = _load(kw, policies)
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
         results = [_run(trace, cluster, perf, spec, kw["seed"], show, False) for spec in policies]
         table = Table(title=f"{len(trace):,} jobs on {cluster.name} ({results[0].num_gpus:,} GPUs)")
@@ -272,6 +286,8 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
             table.add_row(key, *(_fmt(key, r.summary[key]) for r in results))
         table.add_row("wall time (s)", *(f"{r.wall_s:.2f}" for r in results))
         console.print(table)
+        for note in trace.notes:
+            err_console.print(f"note: {note}", highlight=False)
         if out_dir:
             for spec, result in zip(policies, results, strict=True):
                 write_results(result, Path(out_dir) / _slug(spec))

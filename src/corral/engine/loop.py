@@ -138,7 +138,8 @@ class Engine:
             return True
         if type(event) is TimerFired:
             self._timers.discard(now)
-            self.policy.on_timer(self.state, now)
+            for job_id in self.policy.on_timer(self.state, now):
+                self.state.requeue(job_id)
             return True
         raise InvariantViolation(f"unknown event {event!r}")
 

@@ -252,6 +252,13 @@ class ClusterState:
         self._enqueue(job)
         return job
 
+    def requeue(self, job_id: str) -> JobStatus:
+        """File a pending job again under its current queue key (the policy changed it, e.g. a promotion)."""
+        job = self._expect(job_id, JobPhase.PENDING, "requeue")
+        self._dequeue(job)
+        self._enqueue(job)
+        return job
+
     def finish(self, job_id: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.RUNNING, "finish")
         self._release(job, now_s)

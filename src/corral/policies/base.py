@@ -8,7 +8,9 @@ neutral defaults, in the spirit of the Kubernetes scheduling framework:
 - ``admit(view, spec)``: ``None`` if the job could ever run here, else the reason it never can;
 - ``on_job_changed(job, now_s)``: told after every phase change (launch, preemption, finish), for policies
   that keep their own indexes (SRTF's running jobs by remaining time, Tiresias' attained service);
-- ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due.
+- ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due, before
+  that instant's round. It returns the pending jobs whose ``queue_key`` it changed (Tiresias' promotion of a
+  starving job), and the engine files them again under their new key; the default changes nothing.
 
 Contract:
 
@@ -27,7 +29,7 @@ import dataclasses
 import random
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import Enum
 from typing import Any, ClassVar, Literal
 
@@ -53,6 +55,9 @@ class BasePolicy:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig
+    # Does the policy read jobs' models (Tiresias' placement sensitivity, Gandiva's packing)? A replay then draws
+    # a model for each job that has none (see ``corral.sim.traces.assign_models``).
+    needs_models: ClassVar[bool] = False
 
     def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
         self.config = config if config is not None else self.Config()
@@ -72,8 +77,8 @@ class BasePolicy:
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         return None
 
-    def on_timer(self, view: ClusterView, now_s: float) -> None:
-        return None
+    def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
+        return ()
 
     def describe(self) -> str:
         fields = ", ".join(f"{f.name}={getattr(self.config, f.name)}" for f in dataclasses.fields(self.config))

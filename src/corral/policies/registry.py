@@ -6,6 +6,7 @@ A policy spec string names a policy and, optionally, its options: ``"fifo"``,
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,10 +28,15 @@ def register_policy(cls: P) -> P:
     return cls
 
 
+# One entry per policy module shipped with corral (a module may register several policies).
+BUILTIN_MODULES = ("baseline",)
+
+
 def _load_builtin() -> None:
     # Importing the policy modules runs their decorators. Kept here so `import corral.policies` stays cheap
     # and free of import cycles.
-    from corral.policies import baseline  # noqa: F401
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"corral.policies.{module}")
 
 
 def policy_names() -> list[str]:

@@ -10,8 +10,10 @@ Assumptions (each configurable in :class:`PerfModel`):
   type (see :mod:`corral.policies.placement`).
 - A job spread over more nodes than it needs runs at ``spread_rate`` of its consolidated speed, once more
   multiplied by ``cross_rack_rate`` if it also spans more than one rack. Tiresias (NSDI'19 §2.2, Fig. 4)
-  measured up to ~2x slowdowns for communication-heavy models (VGG) and almost none for others (ResNet); the
-  defaults (0.8 and 0.9) are a middle ground, and per-model sensitivity comes with the model-aware policies.
+  measured up to ~2x slowdowns for communication-heavy models (VGG) and almost none for others (ResNet). With
+  ``model_spread`` (the default), a job whose model corral knows uses that model's rate
+  (:mod:`corral.core.models`: 0.5 for VGG-16, 0.9 for ResNet-50, ...); other jobs use ``spread_rate`` (0.8, a
+  middle ground). ``cross_rack_rate`` (0.9) applies to every model.
 - A job with a fractional share runs at its trace speed (its duration was measured at that share).
 - Preemption: the job's state is checkpointed when it is stopped and restored when it restarts. The model
   charges both at restart: a resumed job holds its new GPUs for ``restore_s`` seconds before making progress.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
+from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
 
 
@@ -34,6 +37,9 @@ class PerfModel:
     cross_rack_rate: float = field(default=0.9, metadata={"help": "extra factor when such a job spans racks"})
     restore_s: float = field(default=30.0, metadata={"help": "checkpoint + restore seconds paid at each restart"})
     gpu_speed: bool = field(default=True, metadata={"help": "use the GPU types' relative speeds"})
+    model_spread: bool = field(
+        default=True, metadata={"help": "a known model's own spread rate instead of spread_rate (core.models)"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("spread_rate", "cross_rack_rate"):
@@ -72,7 +78,8 @@ class BoundPerfModel:
             nodes = {node_of[g] for g in gpus}
             needed = -(-len(gpus) // self._max_node[topo.gpu_type[first]])
             if len(nodes) > needed:
-                rate *= self.model.spread_rate
+                known = traits(spec.model) if self.model.model_spread else UNKNOWN
+                rate *= known.spread_rate if known is not UNKNOWN else self.model.spread_rate
                 rack_of = topo.node_rack
                 if len({rack_of[n] for n in nodes}) > 1:
                     rate *= self.model.cross_rack_rate

@@ -3,7 +3,7 @@
 The CLI and the benchmarks describe a workload with a :class:`WorkloadSpec` and call :func:`build_trace`, so
 "what was replayed" is one value that can be printed and reproduced. Filters apply in this order: tenants,
 time window, minimum duration, sample, load scaling, job limit (so that ``--limit`` counts the jobs actually
-replayed).
+replayed), then models drawn for the jobs that have none (when asked).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from corral.core.errors import ConfigError
 from corral.sim.trace import Trace
 from corral.sim.traces import (
     FORMATS,
+    assign_models,
     drop_shorter_than,
     head,
     read_trace,
@@ -49,6 +50,7 @@ class WorkloadSpec:
     sample: float | None = None
     scale_load: float | None = None
     limit: int | None = None
+    model_mix: str | None = None  # draw a model for each job without one from this mix (None: leave them)
 
 
 def _read(spec: WorkloadSpec) -> Trace:
@@ -100,4 +102,6 @@ def build_trace(spec: WorkloadSpec) -> Trace:
         trace = scale_load(trace, spec.scale_load)
     if spec.limit is not None and spec.fmt != "synthetic":
         trace = head(trace, spec.limit)
+    if spec.model_mix is not None:
+        trace = assign_models(trace, spec.model_mix, spec.seed)
     return trace

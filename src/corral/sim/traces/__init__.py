@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from corral.core.errors import ConfigError
 from corral.sim.trace import Trace
 from corral.sim.traces._rows import PathArg
-from corral.sim.traces.filters import drop_shorter_than, head, sample, scale_load, select_tenants, window
+from corral.sim.traces.filters import assign_models, drop_shorter_than, head, sample, scale_load, select_tenants, window
 from corral.sim.traces.generic import parse_columns, read_csv
 from corral.sim.traces.openb import PendingMode, read_openb
 from corral.sim.traces.philly import read_philly
@@ -64,6 +64,7 @@ __all__ = [
     "FORMATS",
     "PendingMode",
     "Trace",
+    "assign_models",
     "drop_shorter_than",
     "head",
     "parse_columns",

@@ -19,6 +19,7 @@ import numpy as np
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
+from corral.core.models import draw_models, parse_mix
 from corral.sim.trace import Trace
 
 
@@ -106,3 +107,24 @@ def head(trace: Trace, n: int) -> Trace:
     kept = trace.jobs[:n]
     note = f"head {n:,}: kept the first {len(kept):,} of {len(trace.jobs):,} jobs"
     return _derive(trace, kept, note)
+
+
+def assign_models(trace: Trace, mix: str, seed: int) -> Trace:
+    """Give every job without a model one drawn from ``mix`` (see :func:`corral.core.models.parse_mix`), with a
+    generator seeded by ``seed``. Jobs that name a model keep it. Model-aware policies (Tiresias' placement,
+    Gandiva's packing) and the performance model's per-model spread penalty read it."""
+    weights = parse_mix(mix)
+    missing = [i for i, job in enumerate(trace.jobs) if job.model is None]
+    if not missing:
+        return _derive(trace, list(trace.jobs), "models: every job names its model (from the trace)")
+    drawn = draw_models(len(missing), weights, seed)
+    jobs = list(trace.jobs)
+    for i, model in zip(missing, drawn, strict=True):
+        jobs[i] = dataclasses.replace(jobs[i], model=model)
+    counts = Counter(drawn)
+    shown = ", ".join(f"{name} {counts[name]:,}" for name in sorted(counts))
+    note = (
+        f"models: {len(missing):,} of {len(jobs):,} jobs had none and were given one drawn from "
+        f"{'the default mix' if mix.strip().lower() == 'default' else repr(mix)} (seed {seed}): {shown}"
+    )
+    return _derive(trace, jobs, note)

@@ -1,0 +1,125 @@
+"""What corral knows about common deep-learning models: the traits that placement and sharing decisions use.
+
+A job's ``model`` names what it trains. The model-aware policies need three traits of it:
+
+- ``placement_sensitive``: does the job slow down much when its GPUs span several nodes? Tiresias (NSDI'19 §2.2,
+  §4.1) found that this follows the model's tensor-size distribution: models with a few very large tensors
+  (VGG, AlexNet: big fully-connected layers; large-embedding language models) are sensitive, models with many
+  small tensors (ResNet, Inception, GoogLeNet) are not. Tiresias consolidates only the sensitive ones.
+- ``spread_rate``: the speed of such a job spread over more nodes than it needs, relative to consolidated. The
+  values are rounded readings of the kind of slowdowns Tiresias reports (up to ~2x for VGG over 10 GbE, a few
+  percent for ResNet); they are the simulator's default, not corral's own measurements, and the performance
+  model can override them.
+- ``colocation_type``: the job type in Gavel's measured co-location throughputs (OSDI'20; see
+  :mod:`corral.policies.colocation`) that stands for this model. Gavel measured ResNet-18/50, Transformer,
+  LM, Recommendation, A3C and CycleGAN; models it did not measure map to the nearest measured one (the VGG
+  family, AlexNet and Inception to ResNet-50, a large convolutional network at batch size 64; GoogLeNet to
+  ResNet-18), and that mapping is recorded in :data:`MODELS` so a report can say it.
+
+Names are matched case-insensitively after dropping ``-`` and ``_`` (``ResNet-50``, ``resnet_50`` and
+``resnet50`` are the same model). An unknown model gets :data:`UNKNOWN`'s traits.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from corral.core.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTraits:
+    name: str
+    placement_sensitive: bool
+    spread_rate: float
+    colocation_type: str  # Gavel job type, e.g. "ResNet-50 (batch size 64)"
+    measured: bool  # is colocation_type this very model (True) or a stand-in (False)?
+
+
+def _m(name: str, sensitive: bool, spread: float, coloc: str, measured: bool) -> ModelTraits:
+    return ModelTraits(name, sensitive, spread, coloc, measured)
+
+
+MODELS: Mapping[str, ModelTraits] = {
+    m.name: m
+    for m in (
+        # Measured by Gavel (their default batch sizes for these job types).
+        _m("resnet18", False, 0.95, "ResNet-18 (batch size 64)", True),
+        _m("resnet50", False, 0.9, "ResNet-50 (batch size 64)", True),
+        _m("transformer", True, 0.7, "Transformer (batch size 64)", True),
+        _m("lm", True, 0.7, "LM (batch size 20)", True),
+        _m("recommendation", True, 0.6, "Recommendation (batch size 2048)", True),
+        _m("a3c", False, 0.95, "A3C", True),
+        _m("cyclegan", False, 0.9, "CycleGAN", True),
+        # The Tiresias 60-job trace's models (not in Gavel: stand-ins, see the module docstring).
+        _m("resnet101", False, 0.9, "ResNet-50 (batch size 64)", False),
+        _m("resnet152", False, 0.9, "ResNet-50 (batch size 64)", False),
+        _m("vgg11", True, 0.55, "ResNet-50 (batch size 64)", False),
+        _m("vgg16", True, 0.5, "ResNet-50 (batch size 64)", False),
+        _m("vgg19", True, 0.5, "ResNet-50 (batch size 64)", False),
+        _m("alexnet", True, 0.6, "ResNet-50 (batch size 64)", False),
+        _m("inception3", False, 0.9, "ResNet-50 (batch size 64)", False),
+        _m("inception4", False, 0.9, "ResNet-50 (batch size 64)", False),
+        _m("googlenet", False, 0.95, "ResNet-18 (batch size 64)", False),
+    )
+}
+
+UNKNOWN = ModelTraits("unknown", placement_sensitive=False, spread_rate=0.8, colocation_type="", measured=False)
+
+# Gavel's workload generator draws job types uniformly; with no model in the trace, corral does the same over
+# the models Gavel measured.
+DEFAULT_MIX: Mapping[str, float] = {
+    name: 1.0 for name in ("resnet18", "resnet50", "transformer", "lm", "recommendation", "a3c", "cyclegan")
+}
+
+
+def canonical(name: str) -> str:
+    return name.strip().lower().replace("-", "").replace("_", "")
+
+
+_ALIASES = {"inceptionv3": "inception3", "inceptionv4": "inception4", "languagemodel": "lm", "rnnlm": "lm"}
+
+
+def traits(model: str | None) -> ModelTraits:
+    """The traits of ``model`` (:data:`UNKNOWN`'s for ``None`` or a model corral does not know)."""
+    if model is None:
+        return UNKNOWN
+    key = canonical(model)
+    return MODELS.get(_ALIASES.get(key, key), UNKNOWN)
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``"resnet50=2,vgg16=1"`` -> normalised weights; ``"default"`` is :data:`DEFAULT_MIX`."""
+    if text.strip().lower() == "default":
+        raw: dict[str, float] = dict(DEFAULT_MIX)
+    else:
+        raw = {}
+        for part in text.split(","):
+            if not part.strip():
+                continue
+            name, sep, weight = part.partition("=")
+            key = canonical(name)
+            key = _ALIASES.get(key, key)
+            if key not in MODELS:
+                known = ", ".join(sorted(MODELS))
+                raise ConfigError(f"model mix: unknown model {name.strip()!r} (known: {known})")
+            try:
+                value = float(weight) if sep else 1.0
+            except ValueError:
+                raise ConfigError(f"model mix: weight of {name.strip()!r} must be a number, got {weight!r}") from None
+            if not value >= 0:
+                raise ConfigError(f"model mix: weight of {name.strip()!r} must be >= 0, got {value}")
+            raw[key] = raw.get(key, 0.0) + value
+    total = sum(raw.values())
+    if not raw or total <= 0:
+        raise ConfigError(f"model mix {text!r} has no positive weight")
+    return {k: v / total for k, v in raw.items()}
+
+
+def draw_models(count: int, mix: Mapping[str, float], seed: int) -> Sequence[str]:
+    """``count`` model names drawn from ``mix`` with a generator seeded by ``seed`` (same seed, same draw)."""
+    names = sorted(mix)
+    rng = random.Random(seed)
+    return rng.choices(names, weights=[mix[n] for n in names], k=count)
