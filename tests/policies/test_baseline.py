@@ -315,6 +315,8 @@ POLICIES = [
     "fifo",
     "fifo:backfill=true,placement=spread",
     "fifo:placement=first-fit",
+    "fifo:backfill=true,placement=strict",
+    "yarn-cs",
     "sjf",
     "sjf:backfill=false,placement=first-fit",
     "srtf",

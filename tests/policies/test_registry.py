@@ -56,7 +56,7 @@ def test_describe() -> None:
         ("fifo:bogus=1", "policy 'fifo' has no option 'bogus' (its options: backfill, placement)"),
         ("srtf:preemt=false", "policy 'srtf' has no option 'preemt' (its options: backfill, placement, preempt)"),
         ("fifo:backfill=maybe", "option backfill: expected bool, got 'maybe'"),
-        ("fifo:placement=diagonal", "option placement: expected consolidated|spread|first-fit, got 'diagonal'"),
+        ("fifo:placement=diagonal", "option placement: expected consolidated|strict|spread|first-fit, got 'diagonal'"),
         ("fifo:backfill", "policy spec 'fifo:backfill': expected key=value, got 'backfill'"),
         ("fifo:=true", "expected key=value"),
         (":backfill=true", "has no policy name"),
@@ -122,7 +122,7 @@ def test_coerce(field: str, raw: str, value: Any) -> None:
         ("ratio", "fast", "expected float"),
         ("mode", "c", "expected a|b"),
         ("limit", "lots", "expected int"),
-        ("strategy", "best", "expected consolidated|spread|first-fit"),
+        ("strategy", "best", "expected consolidated|strict|spread|first-fit"),
     ],
 )
 def test_coerce_errors(field: str, raw: str, expected: str) -> None:

@@ -1,7 +1,9 @@
-"""Baseline policies: FIFO, SJF and SRTF, each with a choice of placement, all strict gang schedulers.
+"""Baseline policies: FIFO, YARN-CS, SJF and SRTF, each with a choice of placement, all strict gang schedulers.
 
 - ``fifo``: first come, first served. By default a job that does not fit blocks those behind it (head-of-line
   blocking, as a plain FIFO queue does); ``backfill=true`` lets smaller jobs behind it start.
+- ``yarn-cs``: FIFO with strict consolidation (a gang waits for the fewest nodes its size allows), the
+  baseline Tiresias (NSDI'19 §6) measures itself against.
 - ``sjf``: shortest job first, by the job's duration from the trace (an oracle no real scheduler has),
   non-preemptive. A reference point for what knowing durations buys.
 - ``srtf``: shortest remaining time first, with the same oracle, preemptive: a pending job preempts running jobs
@@ -28,7 +30,10 @@ from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
-PLACEMENT_HELP = "where a job's GPUs go: consolidated (fewest nodes, best fit), spread (one per node), first-fit"
+PLACEMENT_HELP = (
+    "where a job's GPUs go: consolidated (fewest nodes, best fit), strict (fewest possible nodes or wait), "
+    "spread (one per node), first-fit"
+)
 
 
 def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, backfill: bool) -> list[Action]:
@@ -87,6 +92,21 @@ class FifoPolicy(QueuePolicy):
     name = "fifo"
     summary = "first come, first served; strict gang; optional backfilling"
     Config = FifoConfig
+
+
+@dataclass(frozen=True, slots=True)
+class YarnCsConfig(QueueConfig):
+    placement: PlacementStrategy = option(PlacementStrategy.STRICT, PLACEMENT_HELP)
+
+
+@register_policy
+class YarnCsPolicy(QueuePolicy):
+    """YARN's capacity scheduler as Tiresias (NSDI'19 §6) compares against it: FIFO, each gang strictly
+    consolidated (it waits for the fewest nodes its size allows), no preemption, head-of-line blocking."""
+
+    name = "yarn-cs"
+    summary = "YARN capacity scheduler: FIFO, strict consolidation, no preemption (Tiresias' baseline)"
+    Config = YarnCsConfig
 
 
 def _oracle_reason(view: ClusterView, spec: JobSpec, policy: str) -> str | None:

@@ -4,6 +4,9 @@
   is the smallest that still fits (best fit, which keeps large holes for large jobs); inside the node, to one
   PCIe switch when it can. A job bigger than any free node takes whole nodes, fullest first, then best-fits the
   rest. Tiresias (NSDI'19 §3.3) and Gandiva call this consolidation; it is what locality-sensitive jobs need.
+- ``strict``: consolidated, or not at all: the job waits until it can have the fewest nodes its size allows
+  (ceil(GPUs / node size)). YARN's capacity scheduler places gangs this way, and Tiresias (NSDI'19 §3.3) does
+  it for the placement-sensitive jobs only. A fractional request is placed as under ``consolidated``.
 - ``spread``: one GPU per node, over the nodes with the most free GPUs, round-robin if it needs more GPUs than
   there are such nodes. The opposite extreme, useful as a bound on the cost of ignoring locality.
 - ``first-fit``: nodes in index order, taking what is free on each until the job has enough.
@@ -27,6 +30,7 @@ from corral.policies.planner import Planner
 
 class PlacementStrategy(StrEnum):
     CONSOLIDATED = "consolidated"
+    STRICT = "strict"
     SPREAD = "spread"
     FIRST_FIT = "first-fit"
 
@@ -41,6 +45,13 @@ def place(planner: Planner, spec: JobSpec, strategy: PlacementStrategy, types: t
         return None
     if strategy is PlacementStrategy.CONSOLIDATED:
         gpus = _consolidated(planner, n, fits)
+    elif strategy is PlacementStrategy.STRICT:
+        gpus = _consolidated(planner, n, fits)
+        topo = planner.topo
+        t = topo.gpu_type[gpus[0]]
+        fewest = -(-n // planner.view.max_node_gpus(t))
+        if len({topo.gpu_node[g] for g in gpus}) > fewest:
+            return None
     elif strategy is PlacementStrategy.SPREAD:
         gpus = _spread(planner, n, fits[0])
     else:
@@ -160,6 +171,8 @@ def _place_fraction(
     milli = spec.gpu_milli
     mem = spec.gpu_mem_mib or 0
     best: tuple[int, int] | None = None  # (free_milli, gpu) of the chosen partly taken GPU
+    if strategy is PlacementStrategy.STRICT:
+        strategy = PlacementStrategy.CONSOLIDATED
     if strategy is PlacementStrategy.SPREAD:
         # Worst fit: an untouched GPU on the emptiest node, else the emptiest partly taken GPU.
         for t in types:
