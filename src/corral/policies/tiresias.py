@@ -25,7 +25,9 @@ The rules, each with the section of the paper it comes from:
   The others take any free GPUs at once (the fewest nodes among what is free, never waiting for better).
 
 Defaults follow the authors' simulator: two queues split at 3,600 GPU-seconds, a Gittins quantum of
-3,250 GPU-seconds. Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine
+3,250 GPU-seconds, and the starvation guard off (``starvation_knob=0``): on loaded Philly replays a knob of 2
+to 8 traded a few percent of average JCT for seven to nine times the preemptions (docs/reproduction.md).
+Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine
 for, so a round costs O(jobs it touches), never a scan of every job.
 
 Incremental bookkeeping: a pending job's queue and index cannot change while it waits (it attains no
@@ -51,6 +53,7 @@ from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError, InputError
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.models import traits
+from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
@@ -77,7 +80,7 @@ class TiresiasConfig(PolicyConfig):
         (3600.0,), "attained GPU-seconds at which a job moves down a queue (K-1 ascending values for K queues)"
     )
     starvation_knob: float = option(
-        2.0, "promote a job to the top queue after waiting this many times the time it ran (0: never)"
+        0.0, "promote a job to the top queue after waiting this many times the time it ran (0: never)"
     )
     preempt: bool = option(True, "let a waiting job preempt jobs of lower queues")
     sensitive: Sensitivity = option(
@@ -207,6 +210,7 @@ class TiresiasPolicy(BasePolicy):
         # Running jobs in priority order (highest first); victims come from the end.
         self._running: SortedList = SortedList()
         self._run_entry: dict[str, tuple[Any, ...]] = {}
+        self._queue_gpus = [0] * (self._last_queue + 1)  # GPUs held by running jobs, per queue
         # Demotions of running jobs and promotions of waiting ones: (time, kind, job).
         self._events: SortedList = SortedList()
         self._event_of: dict[str, tuple[float, int, str]] = {}
@@ -264,13 +268,17 @@ class TiresiasPolicy(BasePolicy):
             self._events.add(entry)
 
     def _set_running(self, job: JobView, q: int, entered: float) -> None:
-        job_id = job.spec.job_id
-        old = self._run_entry.pop(job_id, None)
+        self._drop_running(job)
+        entry = (*self._key(job, q, entered), job.spec.job_id)
+        self._run_entry[job.spec.job_id] = entry
+        self._running.add(entry)
+        self._queue_gpus[q] += job.spec.num_gpus
+
+    def _drop_running(self, job: JobView) -> None:
+        old = self._run_entry.pop(job.spec.job_id, None)
         if old is not None:
             self._running.remove(old)
-        entry = (*self._key(job, q, entered), job_id)
-        self._run_entry[job_id] = entry
-        self._running.add(entry)
+            self._queue_gpus[old[0]] -= job.spec.num_gpus
 
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         job_id = job.spec.job_id
@@ -280,9 +288,7 @@ class TiresiasPolicy(BasePolicy):
             self._set_running(job, q, self._entered[job_id])
             self._set_event(job_id, self._demotion_at(job, q, now_s), _DEMOTE)
             return
-        old = self._run_entry.pop(job_id, None)
-        if old is not None:
-            self._running.remove(old)
+        self._drop_running(job)
         if phase is JobPhase.PENDING:
             q = self._queue_for(self._queue_attained(job))
             if self._queue.get(job_id) != q:
@@ -396,6 +402,7 @@ class TiresiasPolicy(BasePolicy):
         actions: list[Action] = []
         taken: set[str] = set()
         walk = PendingWalk(view)
+        strict_blocked: dict[tuple[tuple[str, ...], int | None], int] = {}
         for shape, job in walk:
             job_id = job.spec.job_id
             if job_id in launched:
@@ -408,13 +415,30 @@ class TiresiasPolicy(BasePolicy):
             if not planner.quota_allows(spec):
                 walk.block(shape, quota=True)
                 continue
+            strict = self._strategy(spec) is PlacementStrategy.STRICT and shape.whole
+            kind = (shape.gpu_types, shape.gpu_mem_mib)
+            if strict and shape.size >= strict_blocked.get(kind, math.inf):
+                continue
+            if shape.whole and planner.total_free() + self._gpus_below(q) < spec.num_gpus:
+                # Even preempting every lower-queue job would not free enough; later jobs of this shape are in
+                # the same queue or lower, so they can free no more.
+                walk.block(shape)
+                continue
             placement = self._free_for(view, planner, spec, shape, q, taken, actions)
             if placement is None:
-                if self._strategy(spec) is not PlacementStrategy.STRICT:
+                # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
+                # only block sensitive ones, as insensitive ones may still fit where they did not).
+                if strict:
+                    strict_blocked[kind] = min(strict_blocked.get(kind, shape.size), shape.size)
+                else:
                     walk.block(shape)
                 continue
             actions.append(Launch(job_id, placement))
         return actions
+
+    def _gpus_below(self, q: int) -> int:
+        """GPUs held by running jobs of queues below ``q`` (what preempting all of them would free)."""
+        return sum(self._queue_gpus[q + 1 :])
 
     def _free_for(
         self,
@@ -425,7 +449,7 @@ class TiresiasPolicy(BasePolicy):
         q: int,
         taken: set[str],
         actions: list[Action],
-    ) -> Any:
+    ) -> Placement | None:
         types = allowed_types(view, spec)
         strategy = self._strategy(spec)
         victims: list[JobView] = []
