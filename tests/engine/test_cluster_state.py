@@ -30,6 +30,12 @@ from corral.policies.planner import Planner
 # ------------------------------------------------------------------------------------------------------------
 
 
+def held(j: JobView) -> int:
+    """The share a running job holds on each of its GPUs (its placement's: a packed job holds less than asked)."""
+    assert j.placement is not None
+    return j.placement.gpu_milli
+
+
 def check_against_brute_force(s: ClusterState) -> None:
     s.check_invariants()
     topo = s.topology
@@ -42,13 +48,16 @@ def check_against_brute_force(s: ClusterState) -> None:
         assert j.phase is JobPhase.RUNNING
         p = j.placement
         assert p is not None
-        assert p.num_gpus == j.spec.num_gpus and p.gpu_milli == j.spec.gpu_milli  # gang, at its share
+        assert p.num_gpus == j.spec.num_gpus  # gang
+        # At its share; or, for a whole-GPU job, packed at a smaller one.
+        packed = j.spec.gpu_milli == FULL_GPU_MILLI and p.gpu_milli < FULL_GPU_MILLI
+        assert p.gpu_milli == j.spec.gpu_milli or packed
         for g in p.gpus:
             used[g] += p.gpu_milli
             mem_used[g] += j.spec.gpu_mem_mib or 0
             holders[g].add(j.spec.job_id)
         if j.spec.job_class is JobClass.GUARANTEED:
-            guaranteed[j.spec.tenant] = guaranteed.get(j.spec.tenant, 0) + j.spec.gpu_demand_milli
+            guaranteed[j.spec.tenant] = guaranteed.get(j.spec.tenant, 0) + j.spec.num_gpus * p.gpu_milli
     # Per GPU: free + given = 1000, never over-given; memory likewise.
     for g in range(topo.num_gpus):
         assert used[g] <= FULL_GPU_MILLI
@@ -58,7 +67,7 @@ def check_against_brute_force(s: ClusterState) -> None:
     # Overall: conserved, and the allocated total is the sum over running jobs.
     total_free = sum(s.gpu_free_milli(g) for g in range(topo.num_gpus))
     assert total_free + s.allocated_milli == topo.num_gpus * FULL_GPU_MILLI
-    assert s.allocated_milli == sum(j.spec.gpu_demand_milli for j in running)
+    assert s.allocated_milli == sum(j.spec.num_gpus * held(j) for j in running)
     # Whole-GPU indexes.
     free = [g for g in range(topo.num_gpus) if used[g] == 0]
     for n in range(topo.num_nodes):
@@ -185,17 +194,55 @@ class ClusterStateMachine(RuleBasedStateMachine):
         assert status.run_epoch == epoch + 1 and status.last_start_s == self.now
         assert self.s.allocated_milli == before + spec.gpu_demand_milli
 
+    @precondition(lambda self: self.s.num_pending > 0)
+    @rule(pick=st.integers(0, 10**6), share=st.sampled_from([300, 500, 700]))
+    def launch_packed(self, pick: int, share: int) -> None:
+        """A whole-GPU job packed at ``share`` on the first GPUs of one allowed type with room for it (Gandiva's
+        packing); the quota counts what it holds."""
+        ids = [j for j in self._ids(JobPhase.PENDING) if self.s.job(j).spec.gpu_milli == FULL_GPU_MILLI]
+        if not ids:
+            return
+        jid = ids[pick % len(ids)]
+        spec = self.s.job(jid).spec
+        topo = self.s.topology
+        mem = spec.gpu_mem_mib or 0
+        for t in allowed_types(self.s, spec):
+            room = [
+                g
+                for g in range(topo.num_gpus)
+                if topo.gpu_type[g] == t and self.s.gpu_free_milli(g) >= share and self.s.gpu_free_mem_mib(g) >= mem
+            ]
+            if len(room) >= spec.num_gpus:
+                break
+        else:
+            return
+        tenant = self.s.tenants.get(spec.tenant)
+        quota = tenant.quota_gpus if tenant is not None and spec.job_class is JobClass.GUARANTEED else None
+        held_now = self.s.tenant_guaranteed_milli(spec.tenant)
+        over = quota is not None and held_now + spec.num_gpus * share > quota * FULL_GPU_MILLI
+        placement = Placement(tuple(room[: spec.num_gpus]), share)
+        if over:
+            with pytest.raises(InvariantViolation, match="quota"):
+                self.s.launch(jid, placement, self.now)
+            return
+        before = self.s.allocated_milli
+        status = self.s.launch(jid, placement, self.now)
+        assert status.placement == placement
+        assert self.s.allocated_milli == before + spec.num_gpus * share
+
     @precondition(lambda self: self.s.num_running > 0)
-    @rule(pick=st.integers(0, 10**6), fraction=st.sampled_from([0.0, 0.5, 1.0]))
-    def preempt(self, pick: int, fraction: float) -> None:
+    @rule(pick=st.integers(0, 10**6), fraction=st.sampled_from([0.0, 0.5, 1.0]), suspend=st.booleans())
+    def preempt(self, pick: int, fraction: float, suspend: bool) -> None:
         ids = self._ids(JobPhase.RUNNING)
         jid = ids[pick % len(ids)]
         status = self.s.job(jid)
         work = (status.spec.duration_s or 0.0) * fraction
         preemptions = status.preemptions
-        self.s.preempt(jid, self.now, work)
+        placement = status.placement
+        self.s.preempt(jid, self.now, work, suspend=suspend)
         assert status.phase is JobPhase.PENDING and status.placement is None
         assert status.work_done_s == work and status.preemptions == preemptions + 1
+        assert status.suspended_from == (placement if suspend else None)
         self.keys[jid] = by_priority(status)
 
     @precondition(lambda self: self.s.num_running > 0)
@@ -317,8 +364,12 @@ INVALID: list[tuple[str, Callable[[ClusterState], object], str]] = [
     ("one GPU taken, one free", lambda s: s.launch("w2", P((2, 1)), 5.0), "0 milli free"),
     ("gang too small", lambda s: s.launch("w2", P((2,)), 5.0), "gang"),
     ("gang too large", lambda s: s.launch("w2", P((2, 3, 5)), 5.0), "gang"),
-    ("whole job at a share", lambda s: s.launch("w1", P((2,), 500), 5.0), "asked for 1000"),
+    ("whole job packed where there is no room", lambda s: s.launch("w1", P((0,), 500), 5.0), "400 milli free"),
     ("shared job given a whole GPU", lambda s: s.launch("p500", P((2,), 1000), 5.0), "asked for 500"),
+    ("shared job given less than it asked", lambda s: s.launch("p500", P((2,), 250), 5.0), "asked for 500"),
+    ("packed job over quota", lambda s: s.launch("q2", P((2, 3), 600), 5.0), "quota"),
+    ("observed rate of a pending job", lambda s: s.observe_rate("w1", 0.5), "it is pending"),
+    ("negative observed rate", lambda s: s.observe_rate("whole", -0.5), "observed rate"),
     ("disallowed GPU type", lambda s: s.launch("onlyB", P((2,)), 5.0), "may only use GPU types"),
     ("GPU that does not exist", lambda s: s.launch("w1", P((42,)), 5.0), "does not exist"),
     ("negative GPU index", lambda s: s.launch("w1", P((-1,)), 5.0), "does not exist"),
@@ -360,6 +411,19 @@ def test_the_setup_allows_the_valid_neighbours_of_the_invalid_cases() -> None:
     s2.launch("mem20k", P((5,)), 5.0)  # 32 GiB B GPU
     s2.launch("p500", P((2,), 500), 5.0)
     check_against_brute_force(s2)
+    # Packed: a whole-GPU job at a share of its GPUs; the quota counts what is held (1000 + 2 x 500 = 2 GPUs).
+    s3 = setup()
+    s3.launch("w1", P((2,), 500), 5.0)
+    s3.launch("q2", P((2, 3), 500), 5.0)
+    assert s3.tenant_guaranteed_milli("q") == 2000
+    assert (s3.gpu_free_milli(2), s3.gpu_free_milli(3)) == (0, 500)
+    s3.observe_rate("q2", 0.75)
+    assert s3.job("q2").observed_rate == 0.75
+    check_against_brute_force(s3)
+    s3.preempt("q2", 6.0, 0.0)
+    assert s3.tenant_guaranteed_milli("q") == 1000
+    assert s3.job("q2").observed_rate is None
+    check_against_brute_force(s3)
 
 
 def test_quota_is_exact() -> None:

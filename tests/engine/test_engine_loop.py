@@ -22,6 +22,7 @@ from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
 from corral.policies.baseline import FifoPolicy
+from corral.policies.colocation import load_colocation
 from corral.policies.view import ClusterView
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
@@ -57,10 +58,11 @@ class Scripted(BasePolicy):
         return ()
 
 
-def engine(c: Cluster, policy: BasePolicy, restore_s: float = 0.0) -> Engine:
+def engine(c: Cluster, policy: BasePolicy, restore_s: float = 0.0, perf: PerfModel | None = None) -> Engine:
     topo = Topology(c)
     s = ClusterState(topo, c.tenants, queue_key=policy.queue_key)
-    return Engine(s, policy, SimExecutor(topo, PerfModel(restore_s=restore_s)), VirtualClock(), record_decisions=True)
+    executor = SimExecutor(topo, perf or PerfModel(restore_s=restore_s))
+    return Engine(s, policy, executor, VirtualClock(), record_decisions=True)
 
 
 def replay(e: Engine, jobs: Iterable[JobSpec]) -> list[str]:
@@ -256,6 +258,7 @@ def test_unknown_event_raises() -> None:
         (LoggedAction(12.5, Launch("b", on(3, 4, 7))), "12.500 launch b gpus=3 4 7 milli=1000"),
         (LoggedAction(1 / 3, Launch("c", on(2, milli=250))), "0.333 launch c gpus=2 milli=250"),
         (LoggedAction(7.0, Preempt("d", "because")), "7.000 preempt d"),
+        (LoggedAction(7.5, Preempt("d", "time slice", suspend=True)), "7.500 suspend d"),
         (LoggedAction(8.0, Reject("e", "too big")), "8.000 reject e too big"),
     ],
 )
@@ -270,3 +273,70 @@ def test_no_log_unless_asked() -> None:
     e.run()
     assert e.decision_log is None
     assert e.state.job("a").phase is JobPhase.FINISHED
+
+
+# -- migration, suspend/resume, packing -----------------------------------------------------------------------
+def test_migration_is_a_preemption_and_a_launch_in_one_round() -> None:
+    # a moves from node 0 to node 1 at 10 with 10 s done: restore 5 s, then 90 s: ends at 105. Its first
+    # prediction (t=100, epoch 1) is stale and ignored.
+    policy = Scripted({0.0: [Launch("a", on(0))], 10.0: [Preempt("a", "move"), Launch("a", on(1))]})
+    e = engine(cluster(nodes=2, gpus=1), policy, restore_s=5.0)
+    lines = replay(e, [job("a", duration=100)])
+    assert lines == ["0.000 launch a gpus=0 milli=1000", "10.000 preempt a", "10.000 launch a gpus=1 milli=1000"]
+    a = e.state.job("a")
+    assert (a.end_s, a.preemptions, a.run_epoch, a.queued_s, a.executed_s) == (105.0, 1, 2, 0.0, 105.0)
+    assert policy.changes[-3:] == [
+        (10.0, "a", JobPhase.PENDING),
+        (10.0, "a", JobPhase.RUNNING),
+        (105.0, "a", JobPhase.FINISHED),
+    ]
+    assert 100.0 not in policy.rounds
+
+
+@pytest.mark.parametrize(
+    ("suspend", "gpu", "a_end"),
+    [
+        (True, 0, 20 + 3 + 90),  # resumed where it was suspended: suspend/resume cost
+        (True, 1, 20 + 3 + 90),  # another GPU of the same node: its host memory still holds the state
+        (True, 2, 20 + 30 + 90),  # another node: a restore
+        (False, 0, 20 + 30 + 90),  # an ordinary preemption: a restore, wherever it restarts
+    ],
+)
+def test_a_suspended_job_resumes_cheaply_only_on_its_node(suspend: bool, gpu: int, a_end: float) -> None:
+    # Two nodes of two GPUs (0, 1 | 2, 3). a runs 0-10, is stopped, and comes back at 20 with 90 s to go.
+    script = {0.0: [Launch("a", on(0))], 10.0: [Preempt("a", suspend=suspend)], 20.0: [Launch("a", on(gpu))]}
+    e = engine(cluster(nodes=2, gpus=2), Scripted(script), perf=PerfModel(restore_s=30.0, suspend_resume_s=3.0))
+    e.feed([job("a", duration=100)])
+    e.run(until_s=15.0)
+    a = e.state.job("a")
+    assert a.suspended_from == (on(0) if suspend else None)
+    e.run()
+    assert e.decision_log is not None
+    assert e.decision_log[1].render() == f"10.000 {'suspend' if suspend else 'preempt'} a"
+    assert a.end_s == a_end
+
+
+def test_packed_jobs_run_at_measured_rates_and_superseded_completions_are_ignored() -> None:
+    # a (resnet50) starts packed at half of GPU 0 with nobody beside it: full speed, predicted to end at 100.
+    # At 10 b (googlenet = ResNet-18) packs beside it: a slows to Gavel's rate r50 and is re-predicted to end
+    # at 10 + 90 / r50. The first prediction (t=100, same run epoch) is superseded: the engine ignores it (no
+    # round at 100). When a ends, b is alone and speeds up to 1.0.
+    r50, r18 = load_colocation().rates("ResNet-50 (batch size 64)", "ResNet-18 (batch size 64)", "v100") or (0, 0)
+    a_end = 10.0 + 90.0 / r50
+    b_end = a_end + (200.0 - (a_end - 10.0) * r18)
+    script = {0.0: [Launch("a", on(0, milli=500))], 10.0: [Launch("b", on(0, milli=500))]}
+    policy = Scripted(script)
+    e = engine(cluster(nodes=1, gpus=1), policy)
+    e.feed([job("a", duration=100, model="resnet50"), job("b", duration=200, model="googlenet", submit=10)])
+    e.run(until_s=5.0)
+    assert e.state.job("a").observed_rate == 1.0
+    e.run(until_s=50.0)
+    assert (e.state.job("a").observed_rate, e.state.job("b").observed_rate) == (pytest.approx(r50), pytest.approx(r18))
+    e.run()
+    e.state.check_invariants()
+    a, b = e.state.job("a"), e.state.job("b")
+    assert a.end_s == pytest.approx(a_end)
+    assert b.end_s == pytest.approx(b_end)
+    assert (a.run_epoch, b.run_epoch) == (1, 1)
+    assert 100.0 not in policy.rounds
+    assert (a.observed_rate, b.observed_rate) == (None, None)  # not running any more

@@ -1,8 +1,18 @@
 """Decisions: what a policy asks the engine to do. A policy returns them; it never carries them out.
 
 Actions are in the imperative (``Launch``, ``Preempt``, ``Reject``). The engine applies them in order, checking
-every invariant, and hands them to the executor (simulated or live). Later issues add ``Suspend``, ``Resume``,
-``Migrate``, ``ResizeShare`` and ``SetBatchSize`` here.
+every invariant, and hands them to the executor (simulated or live). Later issues add ``ResizeShare`` and
+``SetBatchSize`` here.
+
+Composite moves are sequences of these:
+
+- **suspend / resume**: ``Preempt(job, suspend=True)`` keeps the job's state in its node's host memory (Gandiva,
+  OSDI'18 §3.1); the job goes back to pending like any preemption, and a later ``Launch`` on the same node(s) is
+  its resume (cheap), anywhere else a restore from checkpoint.
+- **migration**: ``Preempt(job)`` then ``Launch(job, elsewhere)`` in the same decision (Gandiva §3.2): the job
+  pays a checkpoint restore at its new place.
+- **packing**: a whole-GPU job launched with ``Placement.gpu_milli`` below 1000 shares its GPUs with another
+  packed job (Gandiva §3.1); the engine's state accepts any share in ``1..1000`` for a whole-GPU job.
 """
 
 from __future__ import annotations
@@ -23,10 +33,14 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Stop a running job, checkpointing it; it goes back to pending and keeps its progress."""
+    """Stop a running job, checkpointing it; it goes back to pending and keeps its progress.
+
+    With ``suspend``, the job is suspended at a mini-batch boundary and its state stays in the host memory of its
+    node(s) (Gandiva's suspend, OSDI'18 §3.1): resuming it there costs far less than a restore elsewhere."""
 
     job_id: str
     reason: str = ""
+    suspend: bool = False
 
 
 @dataclass(frozen=True, slots=True)

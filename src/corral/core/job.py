@@ -100,6 +100,10 @@ class JobView(Protocol):
     def queued_since_s(self) -> float: ...
     @property
     def preemptions(self) -> int: ...
+    @property
+    def suspended_from(self) -> Placement | None: ...
+    @property
+    def observed_rate(self) -> float | None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -110,6 +114,13 @@ class JobStatus:
       ``num_gpus`` for 2D attained service).
     - ``work_done_s``: progress in units of ``spec.duration_s`` (reference-GPU, consolidated seconds).
     - ``queued_s``: total seconds spent pending, including after preemptions.
+    - ``suspended_from``: where the job's last preemption left its state in host memory, if that preemption was
+      a suspend (``Preempt(suspend=True)``, Gandiva's suspend at a mini-batch boundary, OSDI'18 §3.1); ``None``
+      after an ordinary preemption. Kept until the next preemption: the executor reads it when the job is
+      launched again (a resume on the same node(s) is cheap, anywhere else it is a checkpoint restore).
+    - ``observed_rate``: the executor's measure of the current run's progress relative to the same job running
+      alone on the same GPUs (1.0 = no interference; below 1.0 when a job packed beside it slows it down), as
+      Gandiva's introspection compares mini-batch times (OSDI'18 §4.2). ``None`` while the job is not running.
     """
 
     spec: JobSpec
@@ -125,6 +136,8 @@ class JobStatus:
     preemptions: int = 0
     run_epoch: int = 0  # bumped on every launch so stale completion events can be told apart
     reason: str | None = None
+    suspended_from: Placement | None = None
+    observed_rate: float | None = None
 
     @property
     def job_id(self) -> str:

@@ -3,18 +3,30 @@
 The engine first commits a decision to :class:`~corral.engine.state.ClusterState` (which checks it), then tells
 the executor. The simulator's executor predicts when the job will finish and schedules a ``JobFinished`` event;
 the live executor will start and signal real processes and report their exits as the same events.
+
+Two reports flow back besides events:
+
+- a completion may be superseded: the simulator re-predicts a job's end whenever its speed changes (a job packed
+  beside it starts or stops), so an earlier ``JobFinished`` of the same run becomes stale. The engine asks
+  :meth:`Executor.is_current` before acting on one (the live executor answers ``True``: a real exit is real);
+- :meth:`EventSink.observe_rate` carries the executor's measure of a running job's progress relative to running
+  alone (Gandiva's introspection, OSDI'18 §4.2); the engine records it on the job, where policies read it.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from corral.core.events import Event
+from corral.core.events import Event, JobFinished
 from corral.core.job import JobStatus
 
 
 class EventSink(Protocol):
     def schedule(self, time_s: float, event: Event) -> None: ...
+
+    def observe_rate(self, job_id: str, rate: float) -> None:
+        """The running job ``job_id`` now progresses at ``rate`` of its speed alone on the same GPUs."""
+        ...
 
 
 class Executor(Protocol):
@@ -23,13 +35,20 @@ class Executor(Protocol):
         ...
 
     def launch(self, job: JobStatus, now_s: float) -> None:
-        """``job`` was just placed (``job.placement`` is set, phase RUNNING): start it."""
+        """``job`` was just placed (``job.placement`` is set, phase RUNNING): start it (or resume it, when
+        ``job.suspended_from`` says where its state waits in host memory)."""
         ...
 
-    def preempt(self, job: JobStatus, now_s: float) -> float:
-        """Stop ``job`` (still RUNNING, placement still set) and return its ``work_done_s`` after checkpointing."""
+    def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
+        """Stop ``job`` (still RUNNING, placement still set) and return its ``work_done_s`` after checkpointing;
+        with ``suspend``, keep its state in its node's host memory instead."""
         ...
 
     def finished(self, job: JobStatus, now_s: float) -> None:
         """``job`` completed and released its GPUs; forget anything held for it."""
+        ...
+
+    def is_current(self, event: JobFinished) -> bool:
+        """Is this completion (of the job's current run) still the executor's word, or was it superseded by a
+        later prediction? Only asked for a RUNNING job whose run epoch matches the event."""
         ...

@@ -6,6 +6,12 @@ and applies it action by action: first to :class:`ClusterState` (which checks in
 (which carries it out and, in simulation, schedules the job's completion). Nothing in here knows whether time
 is virtual.
 
+A completion is acted on only if it is current: the job is still in the run it was predicted for (its run
+epoch; a preemption makes older predictions stale) and the executor has not re-predicted it since
+(:meth:`Executor.is_current`; the simulator re-predicts when a packed neighbour starts or stops). A preemption
+followed by a launch of the same job in one decision is a migration (or, on the same GPUs, a change of share);
+the state and the executor take the two in that order.
+
 Arrivals can be streamed: :meth:`Engine.feed` takes an iterator of job specs sorted by submission time and keeps
 only the next one in the event queue, so a million-job replay never holds a million pending events.
 """
@@ -39,7 +45,7 @@ class LoggedAction:
             gpus = " ".join(map(str, a.placement.gpus))
             return f"{self.time_s:.3f} launch {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
         if isinstance(a, Preempt):
-            return f"{self.time_s:.3f} preempt {a.job_id}"
+            return f"{self.time_s:.3f} {'suspend' if a.suspend else 'preempt'} {a.job_id}"
         return f"{self.time_s:.3f} reject {a.job_id} {a.reason}"
 
 
@@ -69,6 +75,9 @@ class Engine:
     # -- EventSink ------------------------------------------------------------------------------------------
     def schedule(self, time_s: float, event: Event) -> None:
         self.queue.push(time_s, event)
+
+    def observe_rate(self, job_id: str, rate: float) -> None:
+        self.state.observe_rate(job_id, rate)
 
     # -- input ----------------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
@@ -119,6 +128,8 @@ class Engine:
             job = self.state.job(event.job_id)
             if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
                 return False  # stale: the job was preempted after this completion was predicted
+            if not self.executor.is_current(event):
+                return False  # stale: re-predicted since (its speed changed while it ran)
             self.state.finish(event.job_id, now)
             self.executor.finished(job, now)
             self.policy.on_job_changed(job, now)
@@ -165,8 +176,8 @@ class Engine:
             job = state.job(action.job_id)
             if job.phase is not JobPhase.RUNNING:
                 raise InvariantViolation(f"cannot preempt job {action.job_id!r}: it is {job.phase.value}")
-            work = executor.preempt(job, now)
-            state.preempt(action.job_id, now, work)
+            work = executor.preempt(job, now, suspend=action.suspend)
+            state.preempt(action.job_id, now, work, suspend=action.suspend)
         elif type(action) is Reject:
             job = state.reject(action.job_id, action.reason, now)
         else:

@@ -5,8 +5,14 @@ Only this class changes a job's phase or a GPU's allocation, and it checks each 
 - no GPU gives out more share (milli-GPU) or memory than it has;
 - a job is in exactly one phase, and moves only along PENDING -> RUNNING -> (PENDING | FINISHED) or
   PENDING -> REJECTED;
-- gang: a launch takes all of a job's GPUs at its share, or nothing changes;
-- a tenant's guaranteed jobs stay within its quota.
+- gang: a launch takes all of a job's GPUs at its share, or nothing changes. A whole-GPU job may be *packed*:
+  launched at a smaller share of each of its GPUs (``0 < placement.gpu_milli <= 1000``), so that another packed
+  job can share them (Gandiva, OSDI'18 §3.1); a fractional job always gets exactly the share it asked for;
+- a tenant's guaranteed jobs stay within its quota, counting what each running job holds
+  (``num_gpus * placement.gpu_milli``: a packed job counts its packed share) at launch and at release alike.
+
+A preemption followed by a launch of the same job (a migration, or a change of share) is two checked steps: the
+job is PENDING in between, exactly as after any preemption.
 
 A refused change raises :class:`InvariantViolation` before touching anything, so the state is never half-applied.
 
@@ -221,14 +227,15 @@ class ClusterState:
         spec = job.spec
         self._check_placement(spec, placement)
         milli = placement.gpu_milli
+        held = spec.num_gpus * milli
         mem = spec.gpu_mem_mib or 0
-        self._check_quota(spec, spec.num_gpus * milli)
+        self._check_quota(spec, held)
         for g in placement.gpus:
             self._set_gpu_free(g, self._gpu_free_milli[g] - milli)
             self._gpu_free_mem[g] -= mem
             self._gpu_jobs[g][job_id] = None
         if spec.job_class is JobClass.GUARANTEED:
-            self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + spec.gpu_demand_milli
+            self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + held
         self._dequeue(job)
         job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.RUNNING
@@ -238,13 +245,16 @@ class ClusterState:
         job.last_start_s = now_s
         job.run_epoch += 1
         self._running[job_id] = job
-        self._account(now_s, spec.gpu_demand_milli)
+        self._account(now_s, held)
         return job
 
-    def preempt(self, job_id: str, now_s: float, work_done_s: float) -> JobStatus:
-        """Take a running job's GPUs back; it returns to the queue with its progress."""
+    def preempt(self, job_id: str, now_s: float, work_done_s: float, *, suspend: bool = False) -> JobStatus:
+        """Take a running job's GPUs back; it returns to the queue with its progress. With ``suspend``, its state
+        stays in the host memory of the node(s) it ran on: ``suspended_from`` records where."""
         job = self._expect(job_id, JobPhase.RUNNING, "preempt")
+        placement = job.placement
         self._release(job, now_s)
+        job.suspended_from = placement if suspend else None
         job.work_done_s = work_done_s
         job.preemptions += 1
         job.phase = JobPhase.PENDING
@@ -266,6 +276,14 @@ class ClusterState:
             job.work_done_s = job.spec.duration_s
         job.phase = JobPhase.FINISHED
         job.end_s = now_s
+        return job
+
+    def observe_rate(self, job_id: str, rate: float) -> JobStatus:
+        """Record the executor's measure of a running job's speed relative to running alone (see ``JobStatus``)."""
+        job = self._expect(job_id, JobPhase.RUNNING, "record the rate of")
+        if not rate >= 0:
+            raise InvariantViolation(f"job {job_id!r}: observed rate must be >= 0, got {rate!r}")
+        job.observed_rate = rate
         return job
 
     # ------------------------------------------------------------------------------------------------------
@@ -315,7 +333,9 @@ class ClusterState:
             raise InvariantViolation(
                 f"gang: job {spec.job_id!r} needs {spec.num_gpus} GPUs, placement has {placement.num_gpus}"
             )
-        if placement.gpu_milli != spec.gpu_milli:
+        # A whole-GPU job may run packed at a smaller share (Placement checks 0 < share <= 1000); a fractional
+        # job's share is what its trace measured, so it gets exactly that.
+        if spec.gpu_milli != FULL_GPU_MILLI and placement.gpu_milli != spec.gpu_milli:
             raise InvariantViolation(
                 f"job {spec.job_id!r} asked for {spec.gpu_milli} milli-GPU per GPU, placement gives "
                 f"{placement.gpu_milli}"
@@ -357,6 +377,7 @@ class ClusterState:
         assert placement is not None  # RUNNING jobs always have one (checked by launch)
         spec = job.spec
         milli = placement.gpu_milli
+        held = spec.num_gpus * milli
         mem = spec.gpu_mem_mib or 0
         job_id = spec.job_id
         for g in placement.gpus:
@@ -364,13 +385,14 @@ class ClusterState:
             self._gpu_free_mem[g] += mem
             del self._gpu_jobs[g][job_id]
         if spec.job_class is JobClass.GUARANTEED:
-            self._guaranteed_milli[spec.tenant] -= spec.gpu_demand_milli
+            self._guaranteed_milli[spec.tenant] -= held
         del self._running[job_id]
         last = job.last_start_s
         assert last is not None
         job.executed_s += now_s - last
         job.placement = None
-        self._account(now_s, -spec.gpu_demand_milli)
+        job.observed_rate = None
+        self._account(now_s, -held)
 
     def _set_gpu_free(self, gpu: int, new: int) -> None:
         """Change one GPU's free share and keep every index in step."""
@@ -424,16 +446,22 @@ class ClusterState:
                 raise InvariantViolation(f"job {job.spec.job_id!r} is {job.phase.value} but indexed otherwise")
             if job.phase is JobPhase.RUNNING:
                 p = job.placement
-                if p is None or p.num_gpus != job.spec.num_gpus:
-                    raise InvariantViolation(f"running job {job.spec.job_id!r} has a bad placement {p}")
+                spec = job.spec
+                if p is None or p.num_gpus != spec.num_gpus:
+                    raise InvariantViolation(f"running job {spec.job_id!r} has a bad placement {p}")
+                if p.gpu_milli > spec.gpu_milli or (spec.gpu_milli != FULL_GPU_MILLI and p.gpu_milli != spec.gpu_milli):
+                    raise InvariantViolation(f"running job {spec.job_id!r} holds {p.gpu_milli} milli per GPU")
                 for g in p.gpus:
                     used[g] += p.gpu_milli
-                    holders[g].add(job.spec.job_id)
-                alloc += job.spec.gpu_demand_milli
-                if job.spec.job_class is JobClass.GUARANTEED:
-                    guaranteed[job.spec.tenant] = guaranteed.get(job.spec.tenant, 0) + job.spec.gpu_demand_milli
+                    holders[g].add(spec.job_id)
+                held = spec.num_gpus * p.gpu_milli
+                alloc += held
+                if spec.job_class is JobClass.GUARANTEED:
+                    guaranteed[spec.tenant] = guaranteed.get(spec.tenant, 0) + held
             elif job.placement is not None:
                 raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still holds {job.placement}")
+            elif job.observed_rate is not None:
+                raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still has an observed rate")
         if alloc != self._alloc_milli:
             raise InvariantViolation(f"allocated total {self._alloc_milli} != sum over jobs {alloc}")
         for name, milli in guaranteed.items():

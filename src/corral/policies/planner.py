@@ -135,7 +135,9 @@ class Planner:
         for g in placement.gpus:
             self._set(g, self.gpu_free_milli(g) + placement.gpu_milli, self.gpu_free_mem_mib(g) + mem)
         if spec.job_class is JobClass.GUARANTEED:
-            self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - spec.gpu_demand_milli
+            # What it holds, which is less than it asked for when it runs packed (see ClusterState.launch).
+            held = spec.num_gpus * placement.gpu_milli
+            self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - held
 
     def _set(self, gpu: int, milli: int, mem: int) -> None:
         old = self.gpu_free_milli(gpu)

@@ -18,10 +18,28 @@ Assumptions (each configurable in :class:`PerfModel`):
 - Preemption: the job's state is checkpointed when it is stopped and restored when it restarts. The model
   charges both at restart: a resumed job holds its new GPUs for ``restore_s`` seconds before making progress.
   Progress is otherwise never lost (jobs checkpoint at the preemption point, as corral's job library does).
+- Suspend/resume (``Preempt(suspend=True)``): the job stops at a mini-batch boundary and its state stays in the
+  host memory of its node(s). Launched again on the same node(s) (the same set of nodes; any GPUs there) it pays
+  ``suspend_resume_s`` instead of ``restore_s``; anywhere else, ``restore_s``. Gandiva (OSDI'18 §3.1) suspends at
+  the mini-batch boundary, where a job's GPU memory is smallest, and reports suspend/resume costing well under a
+  second for typical models, against tens of seconds for a checkpoint and restore; the default of 1 s is a
+  rounded-up figure of that order. Host memory is not modelled (it is taken to be enough).
+- Packing: a whole-GPU job launched at a share below 1000 (see :mod:`corral.engine.state`) shares its GPUs with
+  the other packed jobs on them. Two packed jobs run at the normalised rates Gavel measured for their models'
+  job types on the GPU's type (:func:`corral.policies.colocation.pair_rates`, with its fallback of 0.5 each for
+  unknown models); with several partners a job's rate is the product of its pair rates (an extrapolation: Gavel
+  measured pairs only); a gang runs at the pace of its slowest GPU. Jobs at their own asked share (whole or
+  fractional) are neither slowed nor slowing: a fractional job's trace duration was measured while sharing.
+- ``interference_noise`` makes the simulator's truth differ from the table a policy predicts from: each packed
+  pair's two rates are multiplied by one factor drawn uniformly from ``[1 - noise, 1 + noise]`` (capped at
+  1.0), the same for the whole run, from a generator seeded by ``seed`` and the pair's job ids. A policy that
+  packs on the table's prediction then sees, in the observed rates, pairs that interfere more than predicted
+  (Gandiva's reason to introspect and unpack, OSDI'18 §4.2). 0 (the default) = the table is the truth.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from corral.core.cluster import Topology
@@ -29,6 +47,7 @@ from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
 from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
+from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +59,25 @@ class PerfModel:
     model_spread: bool = field(
         default=True, metadata={"help": "a known model's own spread rate instead of spread_rate (core.models)"}
     )
+    suspend_resume_s: float = field(
+        default=1.0, metadata={"help": "seconds a suspended job pays to resume on the node(s) it was suspended on"}
+    )
+    interference_noise: float = field(
+        default=0.0, metadata={"help": "packed pairs' true rates = table rates x U(1-noise, 1+noise), per pair"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the interference noise draws"})
 
     def __post_init__(self) -> None:
         for name in ("spread_rate", "cross_rack_rate"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ConfigError(f"perf model: {name} must be in (0, 1], got {value}")
-        if self.restore_s < 0:
-            raise ConfigError(f"perf model: restore_s must be >= 0, got {self.restore_s}")
+        for name in ("restore_s", "suspend_resume_s"):
+            value = getattr(self, name)
+            if not 0 <= value < float("inf"):
+                raise ConfigError(f"perf model: {name} must be finite and >= 0, got {value}")
+        if not 0 <= self.interference_noise < 1:
+            raise ConfigError(f"perf model: interference_noise must be in [0, 1), got {self.interference_noise}")
 
     def bind(self, topology: Topology) -> BoundPerfModel:
         return BoundPerfModel(self, topology)
@@ -56,7 +86,7 @@ class PerfModel:
 class BoundPerfModel:
     """The model specialised to one cluster (precomputes per-type node sizes)."""
 
-    __slots__ = ("_max_node", "model", "topo")
+    __slots__ = ("_gavel_gpu", "_max_node", "_noise", "_table", "model", "topo")
 
     def __init__(self, model: PerfModel, topology: Topology) -> None:
         self.model = model
@@ -66,6 +96,36 @@ class BoundPerfModel:
             t = topology.node_type[n]
             max_node[t] = max(max_node[t], topology.node_num_gpus[n])
         self._max_node = max_node
+        self._table: ColocationTable | None = None  # loaded on the first packed pair
+        self._gavel_gpu = tuple(
+            gavel_gpu(name, mem, speed)
+            for name, mem, speed in zip(topology.type_names, topology.type_mem_mib, topology.type_speed, strict=True)
+        )
+        self._noise: dict[tuple[str, str], float] = {}
+
+    def pair_rates(self, a: JobSpec, b: JobSpec, gpu: int) -> tuple[float, float]:
+        """True normalised rates of ``a`` and ``b`` packed on ``gpu``: the co-location table's, times the pair's
+        noise factor (see the module docstring)."""
+        table = self._table
+        if table is None:
+            table = self._table = load_colocation()
+        rate_a, rate_b = pair_rates(table, a.model, b.model, self._gavel_gpu[self.topo.gpu_type[gpu]])
+        noise = self.model.interference_noise
+        if noise:
+            factor = self.noise_factor(a.job_id, b.job_id)
+            rate_a, rate_b = min(1.0, rate_a * factor), min(1.0, rate_b * factor)
+        return rate_a, rate_b
+
+    def noise_factor(self, x: str, y: str) -> float:
+        """The multiplicative noise of the pair of jobs ``x`` and ``y`` (1.0 without noise): drawn once per pair."""
+        key = (x, y) if x <= y else (y, x)
+        factor = self._noise.get(key)
+        if factor is None:
+            noise = self.model.interference_noise
+            # A string seed is hashed with SHA-512 by `random`: the same on every run and platform.
+            rng = random.Random(f"{self.model.seed}:{key[0]}:{key[1]}")
+            factor = self._noise[key] = rng.uniform(1.0 - noise, 1.0 + noise)
+        return factor
 
     def rate(self, spec: JobSpec, placement: Placement) -> float:
         """Progress per second (1.0 = the trace's pace)."""
