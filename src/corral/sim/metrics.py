@@ -10,11 +10,32 @@ Definitions (the names are the keys of ``summary.json``):
 - ``gpu_alloc_util`` = mean fraction of the cluster's GPUs allocated (shares count: half a GPU is 0.5) over
   the makespan window.
 - unschedulable = rejected on admission (a job that can never fit), each with a reason in ``jobs.csv``.
+
+Finish-time fairness (Themis, NSDI'20 §3.2), computed for every policy so that they can be compared:
+
+- ``rho`` of a finished job = JCT / T_id, its time in the shared cluster over its time alone on an equal share.
+  T_id = ``duration_s * max(1, demand / (G / N))``: ``duration_s`` is the job's run time alone (consolidated, on
+  speed-1.0 GPUs; see ``corral.sim.perf``), ``demand`` its GPUs (``num_gpus * gpu_milli / 1000``: equal to
+  ``num_gpus`` for whole-GPU jobs), ``G`` the cluster's GPUs, and ``N`` the *time-averaged* number of
+  contending jobs over the job's own lifetime [submit, end]. A job that needs no more than its 1/N share runs
+  at full speed (T_id = duration); a wider gang gets only G/N GPUs, so its ideal run stretches by
+  demand / (G/N). Themis defines N as the number of contending *apps*; here each job is an app, and a job
+  contends from its submission until it ends (pending or running; a job rejected on admission never
+  contends). N is averaged because it changes while the job waits and runs: all the N are computed at once in
+  O(n log n) from a sweep over submissions and ends (the contention count as a step function and its prefix
+  integral). rho = 1 is the ideal (no slower than alone on its share); rho < 1 can happen when a job got more
+  than its 1/N share. Jobs without a positive duration (none in a replay) have no rho.
+- ``max_rho``, ``p50_rho``, ``p90_rho``, ``p99_rho``: over finished jobs (linear interpolation).
+- ``jain_rho_tenants``: Jain's fairness index (sum x)^2 / (n * sum x^2) over the tenants' mean rho (``x`` = one
+  tenant's mean rho over its finished jobs; ``n`` = tenants with at least one). 1 means every tenant fared
+  alike; 1/n means one tenant took all the unfairness. 0.0 when no job finished (like the other figures).
+- ``tenants.csv`` adds ``mean_rho`` and ``max_rho`` per tenant; ``jobs.csv`` adds each job's ``rho``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +56,11 @@ SUMMARY_KEYS = (
     "makespan_s",
     "gpu_alloc_util",
     "preemptions",
+    "max_rho",
+    "p50_rho",
+    "p90_rho",
+    "p99_rho",
+    "jain_rho_tenants",
 )
 
 
@@ -73,6 +99,86 @@ def jct_stats(jcts: np.ndarray) -> dict[str, float]:
     }
 
 
+def mean_contention(submit_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """For each interval [submit, end], the time-averaged number of intervals open during it (itself included).
+
+    The count of open intervals is a step function that changes only at submissions and ends; its prefix
+    integral at those points gives every average at once: O(n log n). An interval of zero length gets the count
+    at its instant, itself included.
+    """
+    n = len(submit_s)
+    if not n:
+        return np.zeros(0)
+    points, inverse = np.unique(np.concatenate((submit_s, end_s)), return_inverse=True)
+    change = np.bincount(inverse, weights=np.concatenate((np.ones(n), -np.ones(n))), minlength=len(points))
+    count = np.cumsum(change)  # open intervals on [points[k], points[k + 1])
+    area = np.concatenate(([0.0], np.cumsum(count[:-1] * np.diff(points))))  # integral from points[0] to points[k]
+    i_start, i_end = inverse[:n], inverse[n:]
+    length = end_s - submit_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        avg = (area[i_end] - area[i_start]) / length
+    return np.where(length > 0, avg, count[i_start] + 1.0)  # a zero-length interval's own +1 and -1 cancel
+
+
+def job_rhos(jobs: Sequence[JobStatus], num_gpus: int) -> np.ndarray:
+    """Finish-time fairness rho = JCT / T_id for each job, in order; NaN where undefined (a job that did not
+    finish, or has no positive duration). See the module docstring for T_id and N."""
+    n = len(jobs)
+    rho = np.full(n, np.nan)
+    if not n or num_gpus <= 0:
+        return rho
+    horizon = window_of(jobs).end_s
+    contends = [i for i, j in enumerate(jobs) if j.phase is not JobPhase.REJECTED]
+    submit = np.fromiter((jobs[i].spec.submit_s for i in contends), float, len(contends))
+    end = np.fromiter((horizon if (e := jobs[i].end_s) is None else e for i in contends), float, len(contends))
+    contention = mean_contention(submit, np.maximum(end, submit))
+    for k, i in enumerate(contends):
+        job = jobs[i]
+        d = job.spec.duration_s
+        if job.phase is not JobPhase.FINISHED or job.end_s is None or d is None or d <= 0:
+            continue
+        demand = job.spec.gpu_demand_milli / FULL_GPU_MILLI
+        ideal = d * max(1.0, demand * contention[k] / num_gpus)
+        rho[i] = (job.end_s - job.spec.submit_s) / ideal
+    return rho
+
+
+def jain_index(values: np.ndarray) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one holds everything."""
+    if not len(values):
+        return 0.0
+    squares = float(np.sum(values * values))
+    return float(np.sum(values)) ** 2 / (len(values) * squares) if squares > 0 else 1.0
+
+
+def _tenant_means(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, tuple[float, float]]:
+    """``tenant -> (mean rho, max rho)`` over the tenant's jobs that have a rho."""
+    groups: dict[str, list[float]] = {}
+    for job, r in zip(jobs, rho.tolist(), strict=True):
+        if not math.isnan(r):
+            groups.setdefault(job.spec.tenant, []).append(r)
+    return {t: (sum(v) / len(v), max(v)) for t, v in groups.items()}
+
+
+def rho_stats(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, float]:
+    got = rho[~np.isnan(rho)]
+    if not len(got):
+        return {"max_rho": 0.0, "p50_rho": 0.0, "p90_rho": 0.0, "p99_rho": 0.0, "jain_rho_tenants": 0.0}
+    p50, p90, p99 = np.percentile(got, [50, 90, 99])
+    means = np.array([m for m, _ in _tenant_means(jobs, rho).values()])
+    return {
+        "max_rho": _round_rho(got.max()),
+        "p50_rho": _round_rho(p50),
+        "p90_rho": _round_rho(p90),
+        "p99_rho": _round_rho(p99),
+        "jain_rho_tenants": round(jain_index(means), 6),
+    }
+
+
+def _round_rho(x: float) -> float:
+    return round(float(x), 4)
+
+
 def summarize(jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: int) -> dict[str, Any]:
     finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
     rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
@@ -91,13 +197,17 @@ def summarize(jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: in
     out["makespan_s"] = _round(win.length_s)
     out["gpu_alloc_util"] = round(alloc_area_milli_s / capacity, 6) if capacity > 0 else 0.0
     out["preemptions"] = sum(j.preemptions for j in jobs)
+    out.update(rho_stats(jobs, job_rhos(jobs, num_gpus)))
     return out
 
 
-def per_tenant(jobs: Iterable[JobStatus]) -> list[dict[str, Any]]:
+def per_tenant(jobs: Sequence[JobStatus], num_gpus: int | None = None) -> list[dict[str, Any]]:
+    """One row per tenant, by name. With ``num_gpus`` (the cluster's, needed for T_id), also ``mean_rho`` and
+    ``max_rho`` over the tenant's finished jobs (0.0 when none finished)."""
     groups: dict[str, list[JobStatus]] = {}
     for job in jobs:
         groups.setdefault(job.spec.tenant, []).append(job)
+    fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus)) if num_gpus is not None else None
     rows = []
     for tenant in sorted(groups):
         members = groups[tenant]
@@ -105,18 +215,21 @@ def per_tenant(jobs: Iterable[JobStatus]) -> list[dict[str, Any]]:
         jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float)
         queued = np.fromiter((j.queued_s for j in finished), float)
         gpu_s = sum(j.executed_s * j.spec.gpu_demand_milli for j in members) / FULL_GPU_MILLI
-        rows.append(
-            {
-                "tenant": tenant,
-                "jobs": len(members),
-                "finished": len(finished),
-                "unschedulable": sum(1 for j in members if j.phase is JobPhase.REJECTED),
-                "avg_jct_s": _round(jcts.mean()) if len(jcts) else 0.0,
-                "p95_jct_s": _round(np.percentile(jcts, 95)) if len(jcts) else 0.0,
-                "avg_queueing_s": _round(queued.mean()) if len(queued) else 0.0,
-                "gpu_hours": _round(gpu_s / 3600.0),
-            }
-        )
+        row: dict[str, Any] = {
+            "tenant": tenant,
+            "jobs": len(members),
+            "finished": len(finished),
+            "unschedulable": sum(1 for j in members if j.phase is JobPhase.REJECTED),
+            "avg_jct_s": _round(jcts.mean()) if len(jcts) else 0.0,
+            "p95_jct_s": _round(np.percentile(jcts, 95)) if len(jcts) else 0.0,
+            "avg_queueing_s": _round(queued.mean()) if len(queued) else 0.0,
+            "gpu_hours": _round(gpu_s / 3600.0),
+        }
+        if fairness is not None:
+            mean_rho, max_rho = fairness.get(tenant, (0.0, 0.0))
+            row["mean_rho"] = _round_rho(mean_rho)
+            row["max_rho"] = _round_rho(max_rho)
+        rows.append(row)
     return rows
 
 

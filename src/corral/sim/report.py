@@ -1,6 +1,10 @@
 """Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``
 and, when decisions were recorded, ``decisions.log``.
 
+``jobs.csv`` ends with each job's finish-time fairness ``rho`` (empty where undefined) and ``tenants.csv`` with
+``mean_rho`` and ``max_rho`` (see :mod:`corral.sim.metrics`); new columns are only ever appended, so scripts
+that read columns by position keep working.
+
 Files hold no wall-clock times or paths that vary between runs, so the same inputs and seed give the same bytes.
 """
 
@@ -8,10 +12,11 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from corral.sim.metrics import utilization_bins
+from corral.sim.metrics import job_rhos, utilization_bins
 from corral.sim.runner import SimulationResult
 
 JOB_COLUMNS = (
@@ -27,6 +32,7 @@ JOB_COLUMNS = (
     "gpu_milli",
     "status",
     "reason",
+    "rho",
 )
 
 
@@ -52,10 +58,11 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
     written.append(path)
 
     path = out / "jobs.csv"
+    rhos = job_rhos(result.jobs, result.num_gpus).tolist()
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(JOB_COLUMNS)
-        for j in result.jobs:
+        for j, rho in zip(result.jobs, rhos, strict=True):
             s = j.spec
             end = j.end_s
             w.writerow(
@@ -72,6 +79,7 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
                     s.gpu_milli,
                     j.phase.value,
                     j.reason or "",
+                    "" if math.isnan(rho) else f"{rho:.4f}",
                 )
             )
     written.append(path)

@@ -84,7 +84,7 @@ def simulate(
         trace=trace.source,
         jobs=jobs,
         summary=summary,
-        tenants=per_tenant(jobs),
+        tenants=per_tenant(jobs, topo.num_gpus),
         timeline_s=state.timeline_s,
         timeline_milli=state.timeline_milli,
         window=win,
