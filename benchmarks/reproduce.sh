@@ -1,7 +1,7 @@
 #!/bin/bash
 # Re-runs every setting of docs/reproduction.md: one `corral compare` per setting, all policies side by side.
 #   bash benchmarks/reproduce.sh OUT            # then: python benchmarks/reproduction_table.py OUT
-# Needs the shared data folder at ../shared/data (or CORRAL_DATA_DIR). About 3 minutes on 2 cores.
+# Needs the shared data folder at ../shared/data (or CORRAL_DATA_DIR). A few minutes on 2 cores.
 set -euo pipefail
 out=${1:?usage: reproduce.sh OUTDIR}
 D=${CORRAL_DATA_DIR:-../shared/data}
@@ -20,5 +20,4 @@ run synth_u70 --format synthetic --jobs 4000 --fit-to "philly:$D/philly/philly.c
 run synth_u90 --format synthetic --jobs 4000 --fit-to "philly:$D/philly/philly.csv" --jobs-per-hour 9.65 --cluster 16x8
 run hpsearch --format csv --trace examples/hpsearch.csv \
     --columns id=job_id,submit=submit_s,duration=duration_s,gpus=num_gpus,model=model,tenant=tenant --cluster 2x8
-run vc_mix --format philly --trace "$D/philly/philly.csv" --tenants 6c71a0,b436b2,0e4a51,103959 --cluster 16x8
 run philly_full --format philly --trace "$D/philly/philly.csv" --cluster philly
