@@ -17,6 +17,7 @@ what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -26,6 +27,7 @@ from corral.core.job import JobPhase, JobSpec, JobView
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.preemption import place_by_preempting
 from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
@@ -208,38 +210,15 @@ class SrtfPolicy(BasePolicy):
             if not planner.quota_allows(spec):
                 walk.block(shape, quota=True)
                 continue
-            types = allowed_types(view, spec)
-            victims: list[JobView] = []
-            placement = None
-            for end, victim_id in reversed(self._by_end):
-                if end - now_s <= remaining:
-                    break
-                if victim_id in taken:
-                    continue
-                victim = view.job(victim_id)
-                planner.release(victim)
-                victims.append(victim)
-                # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
-                if shape.whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
-                    continue
-                placement = place(planner, spec, strategy, types)
-                if placement is not None:
-                    break
-            if placement is None:
-                # Put back what we tentatively freed; a later, smaller job may still preempt.
-                for victim in victims:
-                    assert victim.placement is not None
-                    planner.take(victim.spec, list(victim.placement.gpus))
+            cut = now_s + remaining  # victims: running jobs that end later than this one would
+            candidates = (vid for _end, vid in takewhile(lambda e, cut=cut: e[0] > cut, reversed(self._by_end)))
+            found = place_by_preempting(view, planner, spec, strategy, candidates, taken)
+            if found is None:
                 # Later jobs of this shape have at least as much remaining time, so fewer victims: skip them.
                 walk.block(shape)
                 continue
-            used = set(placement.gpus)
+            placement, victims = found
             for victim in victims:
-                assert victim.placement is not None
-                if used.isdisjoint(victim.placement.gpus):
-                    planner.take(victim.spec, list(victim.placement.gpus))  # freed for nothing: keep it running
-                    continue
-                taken.add(victim.spec.job_id)
                 actions.append(Preempt(victim.spec.job_id, f"srtf: {spec.job_id} has less remaining time"))
             actions.append(Launch(spec.job_id, placement))
         return actions

@@ -43,6 +43,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,10 @@ from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.preemption import place_by_preempting
 from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView, PendingShape
+from corral.policies.view import ClusterView
 
 
 class Priority(StrEnum):
@@ -424,7 +426,7 @@ class TiresiasPolicy(BasePolicy):
                 # the same queue or lower, so they can free no more.
                 walk.block(shape)
                 continue
-            placement = self._free_for(view, planner, spec, shape, q, taken, actions)
+            placement = self._free_for(view, planner, spec, q, taken, actions)
             if placement is None:
                 # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
                 # only block sensitive ones, as insensitive ones may still fit where they did not).
@@ -445,40 +447,16 @@ class TiresiasPolicy(BasePolicy):
         view: ClusterView,
         planner: Planner,
         spec: JobSpec,
-        shape: PendingShape,
         q: int,
         taken: set[str],
         actions: list[Action],
     ) -> Placement | None:
-        types = allowed_types(view, spec)
-        strategy = self._strategy(spec)
-        victims: list[JobView] = []
-        placement = None
-        for entry in reversed(self._running):
-            if entry[0] <= q:
-                break
-            victim_id = entry[-1]
-            if victim_id in taken:
-                continue
-            victim = view.job(victim_id)
-            planner.release(victim)
-            victims.append(victim)
-            if shape.whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
-                continue
-            placement = place(planner, spec, strategy, types)
-            if placement is not None:
-                break
-        if placement is None:
-            for victim in victims:
-                assert victim.placement is not None
-                planner.take(victim.spec, list(victim.placement.gpus))
+        # Candidates: running jobs of strictly lower queues, lowest priority first.
+        candidates = (entry[-1] for entry in takewhile(lambda e: e[0] > q, reversed(self._running)))
+        found = place_by_preempting(view, planner, spec, self._strategy(spec), candidates, taken)
+        if found is None:
             return None
-        used = set(placement.gpus)
+        placement, victims = found
         for victim in victims:
-            assert victim.placement is not None
-            if used.isdisjoint(victim.placement.gpus):
-                planner.take(victim.spec, list(victim.placement.gpus))  # freed for nothing: it keeps running
-                continue
-            taken.add(victim.spec.job_id)
             actions.append(Preempt(victim.spec.job_id, f"tiresias: {spec.job_id} is in a higher queue"))
         return placement
