@@ -16,6 +16,7 @@ what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
@@ -143,6 +144,11 @@ class SrtfConfig(SjfConfig):
     preempt: bool = option(True, "preempt running jobs with more remaining time for a waiting job")
 
 
+def _ending_after(by_end: SortedList, cut: float) -> Iterator[str]:
+    """Running jobs (from ``(nominal end, id)`` entries) that end after ``cut``, latest first: SRTF's victims."""
+    return (job_id for _end, job_id in takewhile(lambda e: bool(e[0] > cut), reversed(by_end)))
+
+
 def _remaining(job: JobView) -> float:
     return max(0.0, (job.spec.duration_s or 0.0) - job.work_done_s)
 
@@ -210,8 +216,7 @@ class SrtfPolicy(BasePolicy):
             if not planner.quota_allows(spec):
                 walk.block(shape, quota=True)
                 continue
-            cut = now_s + remaining  # victims: running jobs that end later than this one would
-            candidates = (vid for _end, vid in takewhile(lambda e, cut=cut: e[0] > cut, reversed(self._by_end)))
+            candidates = _ending_after(self._by_end, now_s + remaining)
             found = place_by_preempting(view, planner, spec, strategy, candidates, taken)
             if found is None:
                 # Later jobs of this shape have at least as much remaining time, so fewer victims: skip them.
