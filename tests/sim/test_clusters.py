@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 
 from corral.core.cluster import Cluster, Topology, TopologyLevel
-from corral.core.errors import ClusterSpecError
+from corral.core.errors import ClusterSpecError, ConfigError
 from corral.sim.clusters import (
     BUILTIN_GPU_TYPES,
     describe_cluster,
+    describe_quotas,
     load_cluster,
     load_cluster_file,
     parse_cluster_toml,
     philly_vc_tenants,
     preset_names,
+    with_quotas,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "small-hetero.toml"
@@ -603,3 +605,123 @@ def test_describe_example_shows_quotas() -> None:
     assert rows["tenants"] == "3; quotas total 40 GPUs: vision (24 GPUs), nlp (16 GPUs), interns"
     assert "1 node of 2 x V100" in rows["node shapes"]
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in describe_cluster(load_cluster("4x8")))
+
+
+# --------------------------------------------------------------------------------------------------------
+# with_quotas, describe_quotas
+# --------------------------------------------------------------------------------------------------------
+
+
+def quotas(cluster: Cluster) -> dict[str, int | None]:
+    return {t.name: t.quota_gpus for t in cluster.tenants}
+
+
+def test_philly_vc_quotas_are_scaled_to_fit_philly() -> None:
+    philly = load_cluster("philly")
+    c = with_quotas(philly, "philly-vc", ["6214e9", "11cb48", "23dbec"])
+    got = quotas(c)
+    # floor(q x 2490 / 2816): 512 -> 452, 256 -> 226, 128 -> 113, 64 -> 56; the 11 VCs in file order first.
+    assert list(got)[:11] == [t.name for t in philly_vc_tenants()]
+    assert got["6214e9"] == 452 and got["7f04ca"] == 226 and got["11cb48"] == 113 and got["ed69ec"] == 56
+    assert {name: q for name, q in got.items() if q is not None} == {
+        t.name: (t.quota_gpus or 0) * 2490 // 2816 for t in philly_vc_tenants()
+    }
+    assert sum(q or 0 for q in got.values()) == 2485 <= philly.num_gpus
+    # A trace tenant the file does not list is a tenant without a quota.
+    assert got["23dbec"] is None and len(got) == 12
+    assert c.nodes == philly.nodes and c.name == philly.name
+    note = describe_quotas(c, "philly-vc", ["6214e9", "11cb48", "23dbec"])
+    assert "scaled by 2,490/2,816" in note and "2,485 of 2,490 GPUs promised to 11 tenants" in note
+    assert "trace tenants without a quota: 23dbec" in note
+    assert "quota tenants with no job in the trace: 7f04ca" in note
+
+
+@pytest.mark.parametrize("spec", ["6x8", "10x249", "200x8", "7x13"])
+def test_philly_vc_quotas_never_exceed_the_cluster(spec: str) -> None:
+    c = load_cluster(spec)
+    got = with_quotas(c, "philly-vc", [])
+    total = sum(t.quota_gpus or 0 for t in got.tenants)
+    assert total <= c.num_gpus
+    assert all((t.quota_gpus or 0) >= 1 for t in got.tenants)
+
+
+def test_philly_vc_quotas_unscaled_where_they_fit() -> None:
+    c = with_quotas(load_cluster("philly-revised"), "Philly-VC", [])  # 3,205 GPUs >= 2,816
+    assert c.tenants == philly_vc_tenants()
+    assert "scaled" not in describe_quotas(c, "philly-vc", [])
+
+
+def test_philly_vc_quotas_too_small_a_cluster() -> None:
+    with pytest.raises(ConfigError, match="too few for the Philly VC quotas"):
+        with_quotas(load_cluster("4x8"), "philly-vc", [])
+
+
+@pytest.mark.parametrize(
+    ("cluster", "spec", "tenants", "each"),
+    [
+        ("4x8", "equal", ["a", "b", "c"], 10),  # floor(32 / 3)
+        ("4x8", "equal:0.8", ["a", "b", "c"], 8),  # floor(25.6 / 3)
+        ("4x8", " EQUAL:1 ", ["c", "a", "b", "a"], 10),  # case and repeats do not matter
+        ("1x100", "equal:0.29", ["a"], 29),  # exactly 29: not floor(28.999...)
+        ("4x8", "equal:1/2", ["a", "b"], 8),
+    ],
+)
+def test_equal_quotas(cluster: str, spec: str, tenants: list[str], each: int) -> None:
+    c = with_quotas(load_cluster(cluster), spec, tenants)
+    assert quotas(c) == {name: each for name in sorted(set(tenants))}
+    assert f"promised to {len(set(tenants))} tenants" in describe_quotas(c, spec, tenants)
+
+
+def test_equal_quotas_replace_the_clusters_tenants() -> None:
+    c = with_quotas(load_cluster_file(EXAMPLE), "equal:0.5", ["t0", "t1"])
+    assert quotas(c) == {"t0": c.num_gpus // 4, "t1": c.num_gpus // 4}
+
+
+def test_explicit_quotas() -> None:
+    c = with_quotas(load_cluster("4x8"), "vision=16, nlp=0,ghost=4", ["vision", "nlp", "other"])
+    assert quotas(c) == {"vision": 16, "nlp": 0, "ghost": 4, "other": None}
+    note = describe_quotas(c, "vision=16, nlp=0,ghost=4", ["vision", "nlp", "other"])
+    assert "20 of 32 GPUs promised to 3 tenants: vision 16, nlp 0, ghost 4" in note
+    assert "without a quota: other" in note and "no job in the trace: ghost" in note
+
+
+def test_no_quotas_is_the_cluster_as_it_is() -> None:
+    c = load_cluster_file(EXAMPLE)
+    assert with_quotas(c, "none", ["x"]) is c
+    assert describe_quotas(c, "none", ["vision"]).startswith("quotas none: 40 of")
+    assert (
+        describe_quotas(load_cluster("4x8"), "none", []) == "quotas none: none (no tenant of the cluster has a quota)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("bogus", "unknown form"),
+        ("", "unknown form"),
+        ("equal:", "F must be a number in (0, 1]"),
+        ("equal:abc", "F must be a number in (0, 1]"),
+        ("equal:nan", "F must be a number in (0, 1]"),
+        ("equal:0", "F must be in (0, 1]"),
+        ("equal:1.5", "F must be in (0, 1]"),
+        ("equal:1/0", "F must be a number in (0, 1]"),
+        ("a=4,b", "'b' is not NAME=GPUS"),
+        ("=4", "'=4' is not NAME=GPUS"),
+        ("a=4,,b=2", "'' is not NAME=GPUS"),
+        ("a=x", "the quota of 'a' must be an integer >= 0, got 'x'"),
+        ("a=-1", "the quota of 'a' must be an integer >= 0"),
+        ("a=1.5", "the quota of 'a' must be an integer >= 0"),
+        ("a=1,a=2", "tenant 'a' is given twice"),
+    ],
+)
+def test_bad_quota_specs(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        with_quotas(load_cluster("4x8"), spec, ["a"])
+    text = str(info.value)
+    assert message in text
+    assert "expected philly-vc" in text and "NAME=GPUS" in text  # every error lists the forms
+
+
+def test_equal_quotas_that_floor_to_nothing() -> None:
+    with pytest.raises(ConfigError, match="gives each 0 GPUs"):
+        with_quotas(load_cluster("1x2"), "equal", ["a", "b", "c"])

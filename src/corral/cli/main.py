@@ -30,7 +30,7 @@ from corral.core.cluster import Cluster
 from corral.core.errors import CorralError
 from corral.policies.base import build_config, config_fields, type_label
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
-from corral.sim.clusters import describe_cluster, load_cluster
+from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
 from corral.sim.report import write_results
@@ -87,6 +87,25 @@ def workload_options(fn: F) -> F:
         click.option("--sample", type=float, help="Keep this fraction of jobs, drawn with --seed."),
         click.option("--scale-load", type=float, help="Compress inter-arrival times by this factor (>1 = busier)."),
         click.option("--limit", type=int, help="Replay only the first N jobs (after the other filters)."),
+        click.option(
+            "--assign-tenants",
+            type=int,
+            metavar="N",
+            help="Give jobs of tenant 'default' (openb, tiresias) one of N tenants t0..t{N-1}, "
+            "Zipf-weighted, drawn with --seed (after the filters above).",
+        ),
+        click.option(
+            "--opportunistic",
+            type=float,
+            metavar="FRACTION",
+            help="Make each guaranteed job opportunistic with this probability, drawn with --seed.",
+        ),
+        click.option(
+            "--quotas",
+            metavar="SPEC",
+            help="Tenant GPU quotas on the cluster: philly-vc (scaled to fit), equal[:F] (GPUs x F split among "
+            "the trace's tenants), NAME=GPUS,..., or none (the cluster's own).",
+        ),
         click.option("--jobs", type=int, help="synthetic: number of jobs."),
         click.option(
             "--arrival",
@@ -152,6 +171,8 @@ def _workload(kw: dict[str, Any], policy_specs: Sequence[str] = ()) -> WorkloadS
         sample=kw["sample"],
         scale_load=kw["scale_load"],
         limit=kw["limit"],
+        assign_tenants=kw["assign_tenants"],
+        opportunistic=kw["opportunistic"],
         model_mix=_model_mix(kw["model_mix"], policy_specs),
     )
 
@@ -168,6 +189,11 @@ def _errors() -> Iterator[None]:
 def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Cluster, PerfModel]:
     trace = build_trace(_workload(kw, policy_specs))
     cluster = load_cluster(kw["cluster_spec"])
+    if kw["quotas"] is not None:
+        tenants = sorted({job.tenant for job in trace.jobs})
+        cluster = with_quotas(cluster, kw["quotas"], tenants)
+        # A note, like the trace's own treatments: printed after the table and kept in summary.json.
+        trace.notes.append(describe_quotas(cluster, kw["quotas"], tenants))
     perf = build_config(PerfModel, _kv(kw["perf"]), "the perf model")
     if trace.skipped_total:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items()))

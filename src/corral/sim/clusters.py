@@ -8,6 +8,9 @@ Three ways to say which cluster to simulate (:func:`load_cluster` takes any of t
 - the **inline** form ``NxG`` (N nodes of G GPUs) or ``NxG:TYPE`` with a type from :data:`BUILTIN_GPU_TYPES`;
 - a **TOML file** in the small declarative format of ``docs/clusters.md`` (:func:`load_cluster_file`).
 
+:func:`with_quotas` then gives a cluster the tenants and GPU quotas of an experiment (the Philly VCs scaled to
+fit, an equal split among a trace's tenants, or explicit numbers); :func:`describe_quotas` says what it did.
+
 The data files say nothing about racks, PCIe switches or (for some machines) GPU memory, so every preset fills
 those gaps with an assumption written next to the code that makes it and in ``docs/clusters.md``. Every
 problem with a spec raises :class:`ClusterSpecError` naming the file, line where we can find it cheaply, the
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import csv
 import difflib
+import math
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
@@ -39,12 +44,15 @@ __all__ = [
     "OPENB_RACK_SIZE",
     "PHILLY_RACK_SIZE",
     "PRESETS",
+    "QUOTA_FORMS",
     "describe_cluster",
+    "describe_quotas",
     "load_cluster",
     "load_cluster_file",
     "parse_cluster_toml",
     "philly_vc_tenants",
     "preset_names",
+    "with_quotas",
 ]
 
 _GIB: Final = 1024  # MiB per GiB
@@ -907,3 +915,147 @@ def describe_cluster(cluster: Cluster) -> list[tuple[str, str]]:
         total = f"; quotas total {sum(quotas):,} GPUs" if quotas else "; no quotas"
         rows.append(("tenants", f"{len(cluster.tenants):,}{total}: {', '.join(shown)}"))
     return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quotas for an experiment: AntMan's guaranteed jobs run within their tenant's quota (OSDI'20 §4), so a replay
+# of a trace with tenants needs a quota per tenant. The presets carry none; these forms add them.
+# ---------------------------------------------------------------------------------------------------------
+
+QUOTA_FORMS: Final = (
+    "philly-vc (the Philly VCs' quotas, scaled to the cluster), equal or equal:F (F in (0, 1]: the cluster's "
+    "GPUs x F split equally among the trace's tenants), NAME=GPUS[,NAME=GPUS...] (explicit), or none"
+)
+
+
+def _quota_error(message: str, spec: str) -> ConfigError:
+    return ConfigError(f"--quotas {spec!r}: {message}; expected {QUOTA_FORMS}")
+
+
+def _philly_vc_quotas(cluster: Cluster, spec: str) -> list[Tenant]:
+    """The VCs of philly_vc.csv, quota ``node num x 8``, scaled down when they add up to more than the cluster.
+
+    Scaling is ``floor(q x G / S)`` for each quota ``q``, with ``G`` the cluster's GPUs and ``S`` the quotas'
+    sum (2,816): proportional, and the floors keep the sum at most ``G`` (on ``philly``, 2,490 GPUs, the sum
+    becomes 2,485). A quota is a promise, so promising more GPUs than exist would let the quota check admit
+    guaranteed jobs that cannot all run, which is not what AntMan's guarantee means.
+    """
+    raw = philly_vc_tenants()
+    total = sum(t.quota_gpus or 0 for t in raw)
+    gpus = cluster.num_gpus
+    if total <= gpus:
+        return list(raw)
+    scaled = [Tenant(t.name, (t.quota_gpus or 0) * gpus // total) for t in raw]
+    empty = [t.name for t in scaled if t.quota_gpus == 0]
+    if empty:
+        raise _quota_error(
+            f"the cluster's {gpus:,} GPUs are too few for the Philly VC quotas: scaled by {gpus:,}/{total:,},"
+            f" {', '.join(empty)} would get 0 GPUs",
+            spec,
+        )
+    return scaled
+
+
+def _equal_quotas(cluster: Cluster, spec: str, fraction_text: str | None, tenants: list[str]) -> list[Tenant]:
+    """``floor(G x F / n)`` GPUs for each of the ``n`` trace tenants (``G`` the cluster's GPUs)."""
+    fraction = Fraction(1)
+    if fraction_text is not None:
+        try:
+            # Fraction, not float: 0.29 x 100 GPUs must floor to 29, and in binary floating point it is 28.99...
+            fraction = Fraction(fraction_text.strip())
+        except (ValueError, ZeroDivisionError):
+            raise _quota_error(f"F must be a number in (0, 1], got {fraction_text!r}", spec) from None
+    if not 0 < fraction <= 1:
+        raise _quota_error(f"F must be in (0, 1], got {fraction_text!r}", spec)
+    if not tenants:
+        return []
+    each = math.floor(cluster.num_gpus * fraction / len(tenants))
+    if each == 0:
+        raise _quota_error(
+            f"{cluster.num_gpus:,} GPUs x {float(fraction):g} split among {len(tenants):,} tenants gives each 0 GPUs",
+            spec,
+        )
+    return [Tenant(name, each) for name in tenants]
+
+
+def _explicit_quotas(spec: str) -> list[Tenant]:
+    out: dict[str, Tenant] = {}
+    for item in spec.split(","):
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not name:
+            raise _quota_error(f"{item.strip()!r} is not NAME=GPUS", spec)
+        if name in out:
+            raise _quota_error(f"tenant {name!r} is given twice", spec)
+        try:
+            gpus = int(value)
+        except ValueError:
+            gpus = -1
+        if gpus < 0:
+            raise _quota_error(f"the quota of {name!r} must be an integer >= 0, got {value!r}", spec)
+        out[name] = Tenant(name, gpus)
+    return list(out.values())
+
+
+def with_quotas(cluster: Cluster, spec: str, tenants_in_trace: Sequence[str]) -> Cluster:
+    """``cluster`` with the tenants and GPU quotas that ``spec`` names (forms: :data:`QUOTA_FORMS`).
+
+    - ``philly-vc``: the 11 virtual clusters of philly/philly_vc.csv, each with ``node num x 8`` GPUs, scaled
+      down proportionally when they add up to more than the cluster's ``G`` GPUs: ``floor(q x G / 2816)``,
+      so they sum to at most ``G`` (2,485 on ``philly``); :func:`philly_vc_tenants` gives the unscaled ones;
+    - ``equal`` or ``equal:F``: ``floor(G x F / n)`` GPUs for each of the ``n`` tenants of the trace
+      (``F`` defaults to 1, must be in (0, 1]; a share that floors to 0 GPUs is an error);
+    - ``NAME=GPUS,NAME=GPUS,...``: those tenants with those quotas (integers >= 0; they may add up to more
+      than the cluster, as in a TOML file);
+    - ``none``: ``cluster`` as it is, with its own tenants and quotas if any.
+
+    Except for ``none``, the result's tenants replace the cluster's: the spec's, then every tenant of
+    ``tenants_in_trace`` the spec gives no quota, without one (so no promise and no cap for their jobs).
+    :func:`describe_quotas` says in words what was done. A bad spec raises ConfigError naming the forms.
+    """
+    text = spec.strip()
+    key = text.lower()
+    trace_tenants = sorted(set(tenants_in_trace))
+    if key == "none":
+        return cluster
+    if key == "philly-vc":
+        quotas = _philly_vc_quotas(cluster, text)
+    elif key == "equal" or key.startswith("equal:"):
+        quotas = _equal_quotas(cluster, text, text.partition(":")[2] if ":" in text else None, trace_tenants)
+    elif "=" in text:
+        quotas = _explicit_quotas(text)
+    else:
+        raise _quota_error("unknown form", text)
+    named = {t.name for t in quotas}
+    return cluster.with_tenants([*quotas, *(Tenant(name) for name in trace_tenants if name not in named)])
+
+
+def describe_quotas(cluster: Cluster, spec: str, tenants_in_trace: Sequence[str]) -> str:
+    """One sentence on the quotas of ``cluster`` (what :func:`with_quotas` returned for ``spec``) as a replay of
+    a trace with ``tenants_in_trace`` sees them: each quota, their total against the cluster's GPUs, the trace
+    tenants with no quota and the quota tenants absent from the trace. For a trace's notes."""
+    present = set(tenants_in_trace)
+    quotas = [t for t in cluster.tenants if t.quota_gpus is not None]
+    text = spec.strip()
+    if text.lower() == "philly-vc":
+        raw = sum(t.quota_gpus or 0 for t in philly_vc_tenants())
+        how = "philly-vc (node num x 8"  # as philly_vc_tenants() computes them
+        how += f", scaled by {cluster.num_gpus:,}/{raw:,} and floored)" if raw > cluster.num_gpus else ")"
+    else:
+        how = text
+    if not quotas:
+        return f"quotas {how}: none (no tenant of the cluster has a quota)"
+    total = sum(t.quota_gpus or 0 for t in quotas)
+    shown = [f"{t.name} {t.quota_gpus:,}" for t in quotas]
+    if len(shown) > 20:
+        shown = [*shown[:20], f"and {len(shown) - 20:,} more"]
+    note = (
+        f"quotas {how}: {total:,} of {cluster.num_gpus:,} GPUs promised to {len(quotas):,} tenants: {', '.join(shown)}"
+    )
+    with_quota = {t.name for t in quotas}
+    without = sorted(present - with_quota)
+    if without:
+        note += f"; trace tenants without a quota: {', '.join(without)}"
+    absent = [t.name for t in quotas if t.name not in present]
+    if absent:
+        note += f"; quota tenants with no job in the trace: {', '.join(absent)}"
+    return note

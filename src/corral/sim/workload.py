@@ -1,9 +1,17 @@
 """A workload from options: read (or synthesize) a trace, then apply the user's filters in a fixed order.
 
 The CLI and the benchmarks describe a workload with a :class:`WorkloadSpec` and call :func:`build_trace`, so
-"what was replayed" is one value that can be printed and reproduced. Filters apply in this order: tenants,
-time window, minimum duration, sample, load scaling, job limit (so that ``--limit`` counts the jobs actually
-replayed), then models drawn for the jobs that have none (when asked).
+"what was replayed" is one value that can be printed and reproduced. Filters apply in this order:
+
+1. tenants (``--tenants``: the trace's own tenant names, so before any are assigned), time window, minimum
+   duration, sample, load scaling, job limit (so that ``--limit`` counts the jobs actually replayed);
+2. tenants assigned to the jobs of tenant "default" (``assign_tenants``), then a fraction of the guaranteed
+   jobs made opportunistic (``opportunistic``): both after the jobs are chosen, so their notes count the
+   jobs replayed, and tenants first, so the class draw is the same with or without them (each has its own
+   random stream, see :mod:`corral.sim.traces.filters`);
+3. models drawn for the jobs that have none (when asked).
+
+Quotas are the cluster's business, not the trace's: see :func:`corral.sim.clusters.with_quotas`.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from corral.sim.traces import (
     synthesize,
     window,
 )
+from corral.sim.traces.filters import assign_tenants, make_opportunistic
 from corral.sim.traces.openb import PendingMode
 
 ALL_FORMATS = (*FORMATS, "synthetic")
@@ -50,6 +59,8 @@ class WorkloadSpec:
     sample: float | None = None
     scale_load: float | None = None
     limit: int | None = None
+    assign_tenants: int | None = None  # give jobs of tenant "default" one of t0..t{N-1} (None: leave them)
+    opportunistic: float | None = None  # make this fraction of guaranteed jobs opportunistic (None: leave them)
     model_mix: str | None = None  # draw a model for each job without one from this mix (None: leave them)
 
 
@@ -102,6 +113,10 @@ def build_trace(spec: WorkloadSpec) -> Trace:
         trace = scale_load(trace, spec.scale_load)
     if spec.limit is not None and spec.fmt != "synthetic":
         trace = head(trace, spec.limit)
+    if spec.assign_tenants is not None:
+        trace = assign_tenants(trace, spec.assign_tenants, spec.seed)
+    if spec.opportunistic is not None:
+        trace = make_opportunistic(trace, spec.opportunistic, spec.seed)
     if spec.model_mix is not None:
         trace = assign_models(trace, spec.model_mix, spec.seed)
     return trace

@@ -5,7 +5,13 @@ filter did, so a report can show exactly how the replayed jobs differ from the f
 over unchanged: it accounts for rows of the file, not for jobs a filter chose to leave out.
 
 Memory: jobs are frozen, so a filter that keeps a job as it is shares the same object with its input; only the
-filters that move submit times (:func:`window`, :func:`scale_load`) build new JobSpecs.
+filters that move submit times (:func:`window`, :func:`scale_load`) or change a field (:func:`assign_models`,
+:func:`assign_tenants`, :func:`make_opportunistic`) build new JobSpecs, and only for the jobs they change.
+
+Randomness: every random filter takes a ``seed``. :func:`assign_tenants` and :func:`make_opportunistic` seed
+their generator with ``(seed, a constant of their own)`` rather than ``seed`` alone, so that one run seed used
+by several filters gives each an independent stream (with a bare ``seed`` both would read the same uniforms,
+and which jobs a fraction picks would be tied to which jobs :func:`sample` kept).
 """
 
 from __future__ import annotations
@@ -18,9 +24,22 @@ from collections.abc import Iterable
 import numpy as np
 
 from corral.core.errors import ConfigError
-from corral.core.job import JobSpec
+from corral.core.job import JobClass, JobSpec
 from corral.core.models import draw_models, parse_mix
 from corral.sim.trace import Trace
+
+DEFAULT_TENANT = "default"  # JobSpec's tenant when a trace names none (openb, tiresias)
+
+# Second words of the seeds of the filters that draw with (seed, stream): any fixed, distinct constants.
+_STREAM_TENANTS = 1
+_STREAM_OPPORTUNISTIC = 2
+
+
+def _rng(seed: int, stream: int, who: str) -> np.random.Generator:
+    # numpy's SeedSequence takes non-negative integers only; say so here rather than with numpy's ValueError.
+    if type(seed) is not int or seed < 0:
+        raise ConfigError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+    return np.random.default_rng([seed, stream])
 
 
 def _derive(trace: Trace, jobs: list[JobSpec], note: str) -> Trace:
@@ -126,5 +145,71 @@ def assign_models(trace: Trace, mix: str, seed: int) -> Trace:
     note = (
         f"models: {len(missing):,} of {len(jobs):,} jobs had none and were given one drawn from "
         f"{'the default mix' if mix.strip().lower() == 'default' else repr(mix)} (seed {seed}): {shown}"
+    )
+    return _derive(trace, jobs, note)
+
+
+def assign_tenants(trace: Trace, count: int, seed: int) -> Trace:
+    """Give every job of tenant ``"default"`` (what readers use when a trace names no tenant, as openb does)
+    one of ``count`` tenants ``t0`` .. ``t{count-1}``, drawn independently per job with Zipf weights
+    ``1/(k+1)`` for ``t<k>``: with 4 tenants, shares of about 48%, 24%, 16% and 12%.
+
+    Why skewed: real multi-tenant clusters are uneven (Philly's busiest virtual cluster submitted half of the
+    trace's jobs, the smallest of its 11 large ones 0.5%), and quota experiments need tenants that use more
+    than their share beside tenants that leave theirs idle; a uniform split would make every tenant alike. The
+    weights are the ones :func:`~corral.sim.traces.synthetic.synthesize` gives its made-up tenants, so both
+    ways of getting tenants skew alike.
+
+    The i-th "default" job in submission order gets the i-th draw of ``numpy.random.default_rng([seed, 1])``
+    (see the module's note on seeds): the same trace, count and seed give the same tenants. Jobs that already
+    name a tenant keep it (a name such as ``t0`` already in the trace is simply shared). The note gives the
+    count per tenant.
+    """
+    if type(count) is not int or count < 1:
+        raise ConfigError(f"assign_tenants: count must be an integer >= 1, got {count!r}")
+    rng = _rng(seed, _STREAM_TENANTS, "assign_tenants")
+    missing = [i for i, job in enumerate(trace.jobs) if job.tenant == DEFAULT_TENANT]
+    if not missing:
+        note = f"tenants: no job has tenant {DEFAULT_TENANT!r}; every job keeps its own (assign_tenants {count})"
+        return _derive(trace, list(trace.jobs), note)
+    names = [f"t{k}" for k in range(count)]
+    zipf = 1.0 / np.arange(1, count + 1)
+    drawn = rng.choice(count, size=len(missing), p=zipf / zipf.sum()).tolist()
+    jobs = list(trace.jobs)
+    for i, k in zip(missing, drawn, strict=True):
+        jobs[i] = dataclasses.replace(jobs[i], tenant=names[k])
+    counts = Counter(drawn)
+    shown = ", ".join(f"{names[k]} {counts[k]:,}" for k in range(count))
+    note = (
+        f"tenants: {len(missing):,} of {len(jobs):,} jobs had tenant {DEFAULT_TENANT!r} and were given one of"
+        f" {count} tenants drawn with Zipf weights 1/rank (seed {seed}): {shown}"
+    )
+    return _derive(trace, jobs, note)
+
+
+def make_opportunistic(trace: Trace, fraction: float, seed: int) -> Trace:
+    """Make each guaranteed job opportunistic (AntMan's job on spare resources, OSDI'20 §4) independently with
+    probability ``fraction``; jobs that are opportunistic already stay so. For traces that have no classes of
+    their own, such as Philly, where an AntMan experiment needs a configurable share of opportunistic jobs.
+
+    Every job gets a uniform draw from ``numpy.random.default_rng([seed, 2])`` by its position in the trace,
+    whatever its class, so a job's fate does not depend on the classes of the jobs before it; a guaranteed
+    job whose draw is below ``fraction`` changes class. The note gives the counts.
+    """
+    if not (isinstance(fraction, int | float) and 0.0 <= fraction <= 1.0):
+        raise ConfigError(f"make_opportunistic: fraction must be in [0, 1], got {fraction!r}")
+    draws = _rng(seed, _STREAM_OPPORTUNISTIC, "make_opportunistic").random(len(trace.jobs)).tolist()
+    jobs = list(trace.jobs)
+    already = changed = 0
+    for i, (job, u) in enumerate(zip(trace.jobs, draws, strict=True)):
+        if job.job_class is JobClass.OPPORTUNISTIC:
+            already += 1
+        elif u < fraction:
+            jobs[i] = dataclasses.replace(job, job_class=JobClass.OPPORTUNISTIC)
+            changed += 1
+    guaranteed = len(jobs) - already
+    note = (
+        f"opportunistic {fraction:g} (seed {seed}): {changed:,} of {guaranteed:,} guaranteed jobs made"
+        f" opportunistic; {already:,} were already; now {changed + already:,} of {len(jobs):,} opportunistic"
     )
     return _derive(trace, jobs, note)
