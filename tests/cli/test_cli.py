@@ -42,7 +42,7 @@ def test_simulate_writes_the_documented_files(tmp_path: Path) -> None:
     assert len(rows) == 60
     assert list(rows[0])[: len(JOB_COLUMNS)] == JOB_COLUMNS
     assert rows[0]["job_id"] == "0" and rows[0]["end_s"] == "164.000"
-    assert (tmp_path / "utilization.csv").read_text().startswith("time_s,gpu_alloc_frac\n")
+    assert (tmp_path / "utilization.csv").read_text().startswith("time_s,gpu_alloc_frac,gpu_sm_frac,gpu_mem_frac\n")
     assert (tmp_path / "tenants.csv").exists()
 
 
@@ -151,3 +151,73 @@ def test_bad_cluster_file_is_a_clean_error(tmp_path: Path) -> None:
     code, out = invoke("simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", str(bad), "--no-progress")
     assert code == 2
     assert "c.toml" in out and "nope" in out
+
+
+OPENB_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
+
+
+def _tiny_openb(path: Path, pods: int = 40) -> Path:
+    """``pods`` single-GPU pods in the openb format, a tenth of a minute apart: every fourth best-effort
+    (opportunistic), every third at half a GPU, all Succeeded (so every row is replayed as written)."""
+    rows = [OPENB_HEADER]
+    for i in range(pods):
+        qos = "BE" if i % 4 == 0 else "LS"
+        milli = 500 if i % 3 == 0 else 1000
+        rows.append(f"pod-{i},4000,8192,1,{milli},,{qos},Succeeded,{6 * i},{6 * i + 300 + 7 * i},{6 * i}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_openb_with_assigned_tenants_and_equal_quotas(tmp_path: Path) -> None:
+    trace = _tiny_openb(tmp_path / "pods.csv")
+    code, out = invoke(
+        "simulate", "--trace", str(trace), "--format", "openb", "--cluster", "2x4", "--assign-tenants", "4",
+        "--quotas", "equal:0.8", "--out", str(tmp_path / "out"), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    with (tmp_path / "out" / "tenants.csv").open() as f:
+        tenants = {row["tenant"]: row for row in csv.DictReader(f)}
+    assert sorted(tenants) == ["t0", "t1", "t2", "t3"]
+    assert sum(int(row["jobs"]) for row in tenants.values()) == 40
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["jobs_finished"] == 40 and summary["jobs_unschedulable"] == 0
+    # 8 GPUs x 0.8 = 6.4, split among 4 tenants and floored: 1 each. The note is printed and kept.
+    quota_note = "quotas equal:0.8: 4 of 8 GPUs promised to 4 tenants: t0 1, t1 1, t2 1, t3 1"
+    assert quota_note in summary["trace_notes"]
+    assert any(n.startswith("tenants: 40 of 40 jobs had tenant 'default'") for n in summary["trace_notes"])
+    assert f"note: {quota_note}" in " ".join(out.split())
+
+
+def test_compare_with_opportunistic_fraction_and_explicit_quotas(tmp_path: Path) -> None:
+    trace = _tiny_openb(tmp_path / "pods.csv")
+    code, out = invoke(
+        "compare", "--trace", str(trace), "--format", "openb", "--cluster", "2x4", "--assign-tenants", "2",
+        "--opportunistic", "0.5", "--quotas", "t0=3,t1=2", "--policy", "fifo", "--policy", "sjf",
+        "--out", str(tmp_path / "out"), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "note: opportunistic 0.5 (seed 0):" in flat and "of 30 guaranteed jobs made opportunistic" in flat
+    assert "note: quotas t0=3,t1=2: 5 of 8 GPUs promised to 2 tenants: t0 3, t1 2" in flat
+    for policy in ("fifo", "sjf"):
+        notes = json.loads((tmp_path / "out" / policy / "summary.json").read_text())["trace_notes"]
+        assert any(n.startswith("quotas t0=3,t1=2") for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--quotas", "equal:2"], "F must be in (0, 1]"),
+        (["--quotas", "lots"], "expected philly-vc"),
+        (["--assign-tenants", "0"], "count must be an integer >= 1"),
+        (["--opportunistic", "1.5"], "fraction must be in [0, 1]"),
+    ],
+)
+def test_bad_tenant_options_are_clean_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    trace = _tiny_openb(tmp_path / "pods.csv", pods=4)
+    code, out = invoke("simulate", "--trace", str(trace), "--format", "openb", "--cluster", "2x4", *args,
+                       "--no-progress")  # fmt: skip
+    assert code == 2, out
+    assert "error:" in out and message in " ".join(out.split())

@@ -21,7 +21,7 @@ def test_fairness_columns_are_appended(tmp_path: Path) -> None:
         reader = csv.DictReader(f)
         assert reader.fieldnames == list(JOB_COLUMNS)
         rows = {r["job_id"]: r for r in reader}
-    assert JOB_COLUMNS[-1] == "rho" and JOB_COLUMNS[:12] == (
+    assert JOB_COLUMNS[12] == "rho" and JOB_COLUMNS[:12] == (
         "job_id", "tenant", "num_gpus", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "preemptions",
         "gpu_milli", "status", "reason",
     )  # fmt: skip

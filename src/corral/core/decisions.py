@@ -1,8 +1,7 @@
 """Decisions: what a policy asks the engine to do. A policy returns them; it never carries them out.
 
 Actions are in the imperative (``Launch``, ``Preempt``, ``Reject``). The engine applies them in order, checking
-every invariant, and hands them to the executor (simulated or live). Later issues add ``ResizeShare`` and
-``SetBatchSize`` here.
+every invariant, and hands them to the executor (simulated or live). ``SetBatchSize`` will join them.
 
 Composite moves are sequences of these:
 
@@ -13,6 +12,9 @@ Composite moves are sequences of these:
   pays a checkpoint restore at its new place.
 - **packing**: a whole-GPU job launched with ``Placement.gpu_milli`` below 1000 shares its GPUs with another
   packed job (Gandiva §3.1); the engine's state accepts any share in ``1..1000`` for a whole-GPU job.
+- **scaling in place**: ``Resize`` changes a running job's compute share or GPU memory without stopping it (AntMan
+  §3: the job applies it at its next mini-batch boundary); ``Upgrade`` turns a running opportunistic job into a
+  guaranteed one when its tenant's quota has room (AntMan §4).
 """
 
 from __future__ import annotations
@@ -51,7 +53,30 @@ class Reject:
     reason: str
 
 
-Action = Launch | Preempt | Reject
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Change a running job's share or GPU memory on the GPUs it holds, without restarting it.
+
+    For an opportunistic placement ``gpu_milli`` is its compute-share cap (0 pauses it, memory kept) and
+    ``mem_mib`` its memory cap; for an ordinary placement only ``mem_mib`` (its reservation) may change. ``None``
+    leaves a field as it is."""
+
+    job_id: str
+    gpu_milli: int | None = None
+    mem_mib: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Upgrade:
+    """Make a running opportunistic job a guaranteed one, holding ``placement`` (an ordinary placement) within its
+    tenant's quota from now on. On the same GPUs it keeps running; elsewhere it migrates (a checkpoint restore)."""
+
+    job_id: str
+    placement: Placement
+
+
+Action = Launch | Preempt | Reject | Resize | Upgrade
 
 
 @dataclass(frozen=True, slots=True)

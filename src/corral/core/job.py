@@ -18,6 +18,7 @@ from typing import Protocol
 
 from corral.core.errors import JobSpecError
 from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
 
 FULL_GPU_MILLI = 1000
 
@@ -104,6 +105,10 @@ class JobView(Protocol):
     def suspended_from(self) -> Placement | None: ...
     @property
     def observed_rate(self) -> float | None: ...
+    @property
+    def job_class(self) -> JobClass: ...
+    @property
+    def telemetry(self) -> Telemetry | None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -138,10 +143,16 @@ class JobStatus:
     reason: str | None = None
     suspended_from: Placement | None = None
     observed_rate: float | None = None
+    upgraded: bool = False
+    telemetry: Telemetry | None = None
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+    @property
+    def job_class(self) -> JobClass:
+        return JobClass.GUARANTEED if self.upgraded else self.spec.job_class
 
     @property
     def remaining_work_s(self) -> float | None:

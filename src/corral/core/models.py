@@ -16,6 +16,17 @@ A job's ``model`` names what it trains. The model-aware policies need three trai
   family, AlexNet and Inception to ResNet-50, a large convolutional network at batch size 64; GoogLeNet to
   ResNet-18), and that mapping is recorded in :data:`MODELS` so a report can say it.
 
+For GPU sharing (AntMan's opportunistic jobs, OSDI'20) the simulator also needs each model's resource profile
+on a 16 GiB V100 at the batch size above: ``mem_mib``, its peak GPU memory in a mini-batch; ``mem_mean_frac``,
+the mean over a mini-batch as a fraction of the peak (activations pile up in the forward pass and are freed in
+the backward pass, so the footprint cycles; AntMan §2.2 builds on this); ``sm_util``, the fraction of the
+time its kernels keep the GPU busy when it runs alone; ``mem_bw``, the fraction of the GPU's memory bandwidth it
+draws. **These four are corral's rounded assumptions**, of the order that public profiles of these models at
+these batch sizes show (large convolutional networks at batch 64 use most of a V100's SMs and 8-12 GiB; RL and
+small recommendation models use little of either); no file in the shared data measures them. They feed the
+simulator's sharing model only where Gavel's measured pairs do not apply (see ``corral.sim.sharing``) and its
+memory and utilization figures; change them here, in one table.
+
 Names are matched case-insensitively after dropping ``-`` and ``_`` (``ResNet-50``, ``resnet_50`` and
 ``resnet50`` are the same model). An unknown model gets :data:`UNKNOWN`'s traits.
 """
@@ -36,33 +47,51 @@ class ModelTraits:
     spread_rate: float
     colocation_type: str  # Gavel job type, e.g. "ResNet-50 (batch size 64)"
     measured: bool  # is colocation_type this very model (True) or a stand-in (False)?
+    mem_mib: int = 6 * 1024  # peak GPU memory within a mini-batch (assumed; see the module docstring)
+    mem_mean_frac: float = 0.7  # mean memory over a mini-batch / peak
+    sm_util: float = 0.6  # fraction of the time the GPU is busy with its kernels, alone
+    mem_bw: float = 0.5  # fraction of the GPU's memory bandwidth it draws, alone
 
 
-def _m(name: str, sensitive: bool, spread: float, coloc: str, measured: bool) -> ModelTraits:
-    return ModelTraits(name, sensitive, spread, coloc, measured)
+_GIB = 1024
+
+
+def _m(
+    name: str,
+    sensitive: bool,
+    spread: float,
+    coloc: str,
+    measured: bool,
+    mem_gib: float,
+    mean_frac: float,
+    sm: float,
+    bw: float,
+) -> ModelTraits:
+    return ModelTraits(name, sensitive, spread, coloc, measured, round(mem_gib * _GIB), mean_frac, sm, bw)
 
 
 MODELS: Mapping[str, ModelTraits] = {
     m.name: m
     for m in (
-        # Measured by Gavel (their default batch sizes for these job types).
-        _m("resnet18", False, 0.95, "ResNet-18 (batch size 64)", True),
-        _m("resnet50", False, 0.9, "ResNet-50 (batch size 64)", True),
-        _m("transformer", True, 0.7, "Transformer (batch size 64)", True),
-        _m("lm", True, 0.7, "LM (batch size 20)", True),
-        _m("recommendation", True, 0.6, "Recommendation (batch size 2048)", True),
-        _m("a3c", False, 0.95, "A3C", True),
-        _m("cyclegan", False, 0.9, "CycleGAN", True),
+        # Measured by Gavel (their default batch sizes for these job types). Columns after the Gavel type:
+        # measured?, peak memory GiB, mean/peak memory, SM busy fraction, memory-bandwidth fraction (assumed).
+        _m("resnet18", False, 0.95, "ResNet-18 (batch size 64)", True, 1.5, 0.6, 0.55, 0.4),
+        _m("resnet50", False, 0.9, "ResNet-50 (batch size 64)", True, 9.0, 0.6, 0.9, 0.6),
+        _m("transformer", True, 0.7, "Transformer (batch size 64)", True, 6.0, 0.65, 0.75, 0.5),
+        _m("lm", True, 0.7, "LM (batch size 20)", True, 3.0, 0.7, 0.5, 0.5),
+        _m("recommendation", True, 0.6, "Recommendation (batch size 2048)", True, 2.0, 0.8, 0.35, 0.7),
+        _m("a3c", False, 0.95, "A3C", True, 1.0, 0.8, 0.2, 0.2),
+        _m("cyclegan", False, 0.9, "CycleGAN", True, 5.0, 0.6, 0.85, 0.6),
         # The Tiresias 60-job trace's models (not in Gavel: stand-ins, see the module docstring).
-        _m("resnet101", False, 0.9, "ResNet-50 (batch size 64)", False),
-        _m("resnet152", False, 0.9, "ResNet-50 (batch size 64)", False),
-        _m("vgg11", True, 0.55, "ResNet-50 (batch size 64)", False),
-        _m("vgg16", True, 0.5, "ResNet-50 (batch size 64)", False),
-        _m("vgg19", True, 0.5, "ResNet-50 (batch size 64)", False),
-        _m("alexnet", True, 0.6, "ResNet-50 (batch size 64)", False),
-        _m("inception3", False, 0.9, "ResNet-50 (batch size 64)", False),
-        _m("inception4", False, 0.9, "ResNet-50 (batch size 64)", False),
-        _m("googlenet", False, 0.95, "ResNet-18 (batch size 64)", False),
+        _m("resnet101", False, 0.9, "ResNet-50 (batch size 64)", False, 12.0, 0.6, 0.9, 0.6),
+        _m("resnet152", False, 0.9, "ResNet-50 (batch size 64)", False, 14.0, 0.6, 0.9, 0.6),
+        _m("vgg11", True, 0.55, "ResNet-50 (batch size 64)", False, 8.0, 0.6, 0.85, 0.6),
+        _m("vgg16", True, 0.5, "ResNet-50 (batch size 64)", False, 10.0, 0.6, 0.9, 0.6),
+        _m("vgg19", True, 0.5, "ResNet-50 (batch size 64)", False, 11.0, 0.6, 0.9, 0.6),
+        _m("alexnet", True, 0.6, "ResNet-50 (batch size 64)", False, 3.0, 0.7, 0.6, 0.5),
+        _m("inception3", False, 0.9, "ResNet-50 (batch size 64)", False, 9.0, 0.6, 0.85, 0.55),
+        _m("inception4", False, 0.9, "ResNet-50 (batch size 64)", False, 12.0, 0.6, 0.9, 0.55),
+        _m("googlenet", False, 0.95, "ResNet-18 (batch size 64)", False, 4.0, 0.6, 0.75, 0.5),
     )
 }
 

@@ -10,7 +10,10 @@ Two reports flow back besides events:
   beside it starts or stops), so an earlier ``JobFinished`` of the same run becomes stale. The engine asks
   :meth:`Executor.is_current` before acting on one (the live executor answers ``True``: a real exit is real);
 - :meth:`EventSink.observe_rate` carries the executor's measure of a running job's progress relative to running
-  alone (Gandiva's introspection, OSDI'18 §4.2); the engine records it on the job, where policies read it.
+  alone (Gandiva's introspection, OSDI'18 §4.2); the engine records it on the job, where policies read it;
+- :meth:`EventSink.report` carries a running job's :class:`~corral.core.telemetry.Telemetry` (mini-batch time,
+  memory, SM use): modelled by the simulator, measured by the job and the agent in live mode. AntMan's
+  coordinator reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Protocol
 
 from corral.core.events import Event, JobFinished
 from corral.core.job import JobStatus
+from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
 
 
 class EventSink(Protocol):
@@ -26,6 +31,10 @@ class EventSink(Protocol):
 
     def observe_rate(self, job_id: str, rate: float) -> None:
         """The running job ``job_id`` now progresses at ``rate`` of its speed alone on the same GPUs."""
+        ...
+
+    def report(self, job_id: str, telemetry: Telemetry) -> None:
+        """The running job ``job_id`` measured ``telemetry``."""
         ...
 
 
@@ -42,6 +51,11 @@ class Executor(Protocol):
     def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
         """Stop ``job`` (still RUNNING, placement still set) and return its ``work_done_s`` after checkpointing;
         with ``suspend``, keep its state in its node's host memory instead."""
+        ...
+
+    def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
+        """``job`` (RUNNING) now holds ``job.placement`` instead of ``before``: a share or memory change in place
+        (``Resize``), or an upgrade to guaranteed (``Upgrade``; on other GPUs it is a migration)."""
         ...
 
     def finished(self, job: JobStatus, now_s: float) -> None:

@@ -6,6 +6,10 @@ and applies it action by action: first to :class:`ClusterState` (which checks in
 (which carries it out and, in simulation, schedules the job's completion). Nothing in here knows whether time
 is virtual.
 
+A ``Resize`` (a share or memory change in place) and an ``Upgrade`` (an opportunistic job made guaranteed) are
+applied to the state and then told to the executor with the placement the job had, so that it can re-rate the
+job (and migrate it, when an upgrade moves it).
+
 A completion is acted on only if it is current: the job is still in the run it was predicted for (its run
 epoch; a preemption makes older predictions stale) and the executor has not re-predicted it since
 (:meth:`Executor.is_current`; the simulator re-predicts when a packed neighbour starts or stops). A preemption
@@ -21,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from corral.core.decisions import Action, Decision, Launch, Preempt, Reject
+from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, Upgrade
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
 from corral.core.job import JobPhase, JobSpec
+from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
 from corral.engine.executor import Executor
 from corral.engine.queue import EventQueue
@@ -46,6 +51,16 @@ class LoggedAction:
             return f"{self.time_s:.3f} launch {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
         if isinstance(a, Preempt):
             return f"{self.time_s:.3f} {'suspend' if a.suspend else 'preempt'} {a.job_id}"
+        if isinstance(a, Resize):
+            parts = [f"{self.time_s:.3f} resize {a.job_id}"]
+            if a.gpu_milli is not None:
+                parts.append(f"milli={a.gpu_milli}")
+            if a.mem_mib is not None:
+                parts.append(f"mem={a.mem_mib}")
+            return " ".join(parts)
+        if isinstance(a, Upgrade):
+            gpus = " ".join(map(str, a.placement.gpus))
+            return f"{self.time_s:.3f} upgrade {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
         return f"{self.time_s:.3f} reject {a.job_id} {a.reason}"
 
 
@@ -78,6 +93,10 @@ class Engine:
 
     def observe_rate(self, job_id: str, rate: float) -> None:
         self.state.observe_rate(job_id, rate)
+
+    def report(self, job_id: str, telemetry: Telemetry) -> None:
+        job = self.state.report(job_id, telemetry)
+        self.policy.on_telemetry(job, self.clock.now())
 
     # -- input ----------------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
@@ -178,6 +197,14 @@ class Engine:
                 raise InvariantViolation(f"cannot preempt job {action.job_id!r}: it is {job.phase.value}")
             work = executor.preempt(job, now, suspend=action.suspend)
             state.preempt(action.job_id, now, work, suspend=action.suspend)
+        elif type(action) is Resize:
+            before = state.resize(action.job_id, now, action.gpu_milli, action.mem_mib)
+            job = state.job(action.job_id)
+            executor.resized(job, now, before)
+        elif type(action) is Upgrade:
+            before = state.upgrade(action.job_id, action.placement, now)
+            job = state.job(action.job_id)
+            executor.resized(job, now, before)
         elif type(action) is Reject:
             job = state.reject(action.job_id, action.reason, now)
         else:

@@ -9,7 +9,20 @@ Only this class changes a job's phase or a GPU's allocation, and it checks each 
   launched at a smaller share of each of its GPUs (``0 < placement.gpu_milli <= 1000``), so that another packed
   job can share them (Gandiva, OSDI'18 §3.1); a fractional job always gets exactly the share it asked for;
 - a tenant's guaranteed jobs stay within its quota, counting what each running job holds
-  (``num_gpus * placement.gpu_milli``: a packed job counts its packed share) at launch and at release alike.
+  (``num_gpus * placement.gpu_milli``: a packed job counts its packed share) at launch and at release alike;
+- two layers per GPU (see :mod:`corral.core.placement`): ordinary placements allocate share (at most 1000 per
+  GPU); opportunistic placements allocate none, only a compute-share cap (their caps add up to at most 1000 per
+  GPU) and memory. Only a job whose class is opportunistic may run opportunistically; an ``Upgrade`` moves it
+  to the ordinary layer within its tenant's quota;
+- the GPU memory given on a GPU (ordinary reservations plus opportunistic caps) never exceeds its memory.
+
+Telemetry (:class:`~corral.core.telemetry.Telemetry`) reported for a running job is kept on the job and summed
+per GPU (SM utilization, peak memory), with a per-type index of GPUs by measured SM use, so that a policy can
+find lightly used GPUs (AntMan places opportunistic jobs by measured, not allocated, use) without a scan.
+
+Per tenant with a quota, the state integrates over time what its guaranteed jobs hold and its *quota shortfall*:
+``min(quota - held, pending guaranteed demand)``, the promised share it wanted and did not have (an upper bound:
+a pending gang wider than the room left counts for the room).
 
 A preemption followed by a launch of the same job (a migration, or a change of share) is two checked steps: the
 job is PENDING in between, exactly as after any preemption.
@@ -41,10 +54,18 @@ from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView
 from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.policies.view import PendingEntry, PendingShape
 
 QueueKey = Callable[[JobView], tuple[Any, ...]]
+
+
+def _mem_given(spec: JobSpec, placement: Placement) -> int:
+    """GPU memory a placement gives its job on each GPU: its own figure, else the spec's, else none."""
+    if placement.mem_mib is not None:
+        return placement.mem_mib
+    return spec.gpu_mem_mib or 0
 
 
 def submission_order(job: JobView) -> tuple[Any, ...]:
@@ -85,6 +106,14 @@ class ClusterState:
                 self._any_free[t].add(n)
         self._type_free: list[int] = list(topo.type_num_gpus)
         self._partial: list[SortedList] = [SortedList() for _ in range(n_types)]
+        # The opportunistic layer, and what telemetry says each GPU uses (SM in milli, peak memory in MiB).
+        self._gpu_opp_jobs: list[dict[str, None]] = [{} for _ in range(topo.num_gpus)]
+        self._gpu_opp_milli: list[int] = [0] * topo.num_gpus
+        self._gpu_sm_used: list[int] = [0] * topo.num_gpus
+        self._gpu_mem_used: list[int] = [0] * topo.num_gpus
+        self._by_sm_used: list[SortedList] = [SortedList() for _ in range(n_types)]
+        for g in range(topo.num_gpus):
+            self._by_sm_used[topo.gpu_type[g]].add((0, g))
 
         self._jobs: dict[str, JobStatus] = {}
         self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
@@ -93,6 +122,11 @@ class ClusterState:
         self._running: dict[str, JobStatus] = {}
         self._seq = 0
         self._guaranteed_milli: dict[str, int] = {}
+        # Per tenant with a quota: pending guaranteed demand (milli), and since when the integrals are current.
+        self._pending_milli: dict[str, int] = {}
+        self._tenant_since: dict[str, float] = {}
+        self._tenant_held_area: dict[str, float] = {}  # milli x s
+        self._tenant_short_area: dict[str, float] = {}  # milli x s
 
         # Allocation over time: the integral for mean utilization, and the change points for plots.
         self._alloc_milli = 0
@@ -177,6 +211,47 @@ class ClusterState:
     def tenant_guaranteed_milli(self, tenant: str) -> int:
         return self._guaranteed_milli.get(tenant, 0)
 
+    def gpu_opportunistic_jobs(self, gpu: int) -> Collection[str]:
+        return self._gpu_opp_jobs[gpu].keys()
+
+    def gpu_opportunistic_milli(self, gpu: int) -> int:
+        return self._gpu_opp_milli[gpu]
+
+    def gpu_sm_used(self, gpu: int) -> int:
+        return self._gpu_sm_used[gpu]
+
+    def gpu_mem_used_mib(self, gpu: int) -> int:
+        return self._gpu_mem_used[gpu]
+
+    def gpus_by_sm_used(self, gpu_type: int) -> Sequence[tuple[int, int]]:
+        seq: Sequence[tuple[int, int]] = self._by_sm_used[gpu_type]
+        return seq
+
+    # ------------------------------------------------------------------------------------------------------
+    # Per-tenant quota accounting
+    # ------------------------------------------------------------------------------------------------------
+    def tenant_areas(self, tenant: str, until_s: float) -> tuple[float, float]:
+        """``(held, shortfall)`` integrals in milli-GPU x s up to ``until_s`` for a tenant with a quota: what its
+        guaranteed jobs held, and ``min(quota room, pending guaranteed demand)`` (see the module docstring)."""
+        self._tenant_tick(tenant, until_s)
+        return self._tenant_held_area.get(tenant, 0.0), self._tenant_short_area.get(tenant, 0.0)
+
+    def _tenant_tick(self, tenant: str, now_s: float) -> None:
+        """Bring the tenant's integrals up to ``now_s`` before its held or pending amount changes."""
+        t = self._tenants.get(tenant)
+        if t is None or t.quota_gpus is None:
+            return
+        last = self._tenant_since.get(tenant)
+        if last is not None and now_s > last:
+            held = self._guaranteed_milli.get(tenant, 0)
+            room = max(0, t.quota_gpus * FULL_GPU_MILLI - held)
+            short = min(room, self._pending_milli.get(tenant, 0))
+            dt = now_s - last
+            self._tenant_held_area[tenant] = self._tenant_held_area.get(tenant, 0.0) + held * dt
+            self._tenant_short_area[tenant] = self._tenant_short_area.get(tenant, 0.0) + short * dt
+        if last is None or now_s > last:
+            self._tenant_since[tenant] = now_s
+
     # ------------------------------------------------------------------------------------------------------
     # Utilization accounting
     # ------------------------------------------------------------------------------------------------------
@@ -210,12 +285,14 @@ class ClusterState:
         if spec.job_id in self._jobs:
             raise JobSpecError(f"job id {spec.job_id!r} was submitted twice")
         job = JobStatus(spec=spec, queued_since_s=now_s)
+        self._tenant_tick(spec.tenant, now_s)
         self._enqueue(job)  # first: if the policy's queue key fails, nothing has been recorded
         self._jobs[spec.job_id] = job
         return job
 
     def reject(self, job_id: str, reason: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.PENDING, "reject")
+        self._tenant_tick(job.spec.tenant, now_s)
         self._dequeue(job)
         job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.REJECTED
@@ -225,17 +302,9 @@ class ClusterState:
     def launch(self, job_id: str, placement: Placement, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.PENDING, "launch")
         spec = job.spec
-        self._check_placement(spec, placement)
-        milli = placement.gpu_milli
-        held = spec.num_gpus * milli
-        mem = spec.gpu_mem_mib or 0
-        self._check_quota(spec, held)
-        for g in placement.gpus:
-            self._set_gpu_free(g, self._gpu_free_milli[g] - milli)
-            self._gpu_free_mem[g] -= mem
-            self._gpu_jobs[g][job_id] = None
-        if spec.job_class is JobClass.GUARANTEED:
-            self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + held
+        self._check_placement(job, placement)
+        self._tenant_tick(spec.tenant, now_s)
+        held = self._take(job, placement)
         self._dequeue(job)
         job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.RUNNING
@@ -245,7 +314,71 @@ class ClusterState:
         job.last_start_s = now_s
         job.run_epoch += 1
         self._running[job_id] = job
+        if held:
+            self._account(now_s, held)
+        return job
+
+    def resize(self, job_id: str, now_s: float, gpu_milli: int | None = None, mem_mib: int | None = None) -> Placement:
+        """Change a running job's share (opportunistic placements only) or GPU memory in place; returns the
+        placement it had. Refused, with nothing changed, if the GPUs cannot give it (see the module docstring)."""
+        job = self._expect(job_id, JobPhase.RUNNING, "resize")
+        before = job.placement
+        assert before is not None
+        if gpu_milli is not None and gpu_milli != before.gpu_milli and not before.opportunistic:
+            raise InvariantViolation(
+                f"cannot resize job {job_id!r}: the share of an ordinary placement changes by preempt and launch"
+            )
+        try:
+            after = Placement(
+                before.gpus,
+                before.gpu_milli if gpu_milli is None else gpu_milli,
+                before.mem_mib if mem_mib is None else mem_mib,
+                before.opportunistic,
+            )
+        except JobSpecError as err:
+            raise InvariantViolation(f"cannot resize job {job_id!r}: {err}") from None
+        self._give_back(job, before)
+        try:
+            self._check_placement(job, after)
+        except InvariantViolation:
+            self._take(job, before)  # put it back as it was: a refused change changes nothing
+            raise
+        self._take(job, after)
+        job.placement = after
+        return before
+
+    def upgrade(self, job_id: str, placement: Placement, now_s: float) -> Placement:
+        """Make a running opportunistic job guaranteed on ``placement`` (an ordinary placement within its tenant's
+        quota); returns the opportunistic placement it had."""
+        job = self._expect(job_id, JobPhase.RUNNING, "upgrade")
+        before = job.placement
+        assert before is not None
+        if not before.opportunistic or job.job_class is not JobClass.OPPORTUNISTIC:
+            raise InvariantViolation(f"cannot upgrade job {job_id!r}: it is not running opportunistically")
+        if placement.opportunistic:
+            raise InvariantViolation(f"cannot upgrade job {job_id!r} to an opportunistic placement")
+        self._give_back(job, before)
+        job.upgraded = True
+        try:
+            self._check_placement(job, placement)
+        except InvariantViolation:
+            job.upgraded = False
+            self._take(job, before)
+            raise
+        self._tenant_tick(job.spec.tenant, now_s)
+        held = self._take(job, placement)
+        job.placement = placement
         self._account(now_s, held)
+        return before
+
+    def report(self, job_id: str, telemetry: Telemetry) -> JobStatus:
+        """Record a running job's latest telemetry, and what it adds to each of its GPUs' measured use."""
+        job = self._expect(job_id, JobPhase.RUNNING, "record telemetry of")
+        placement = job.placement
+        assert placement is not None
+        self._measure(placement, job.telemetry, -1)
+        job.telemetry = telemetry
+        self._measure(placement, telemetry, +1)
         return job
 
     def preempt(self, job_id: str, now_s: float, work_done_s: float, *, suspend: bool = False) -> JobStatus:
@@ -253,6 +386,7 @@ class ClusterState:
         stays in the host memory of the node(s) it ran on: ``suspended_from`` records where."""
         job = self._expect(job_id, JobPhase.RUNNING, "preempt")
         placement = job.placement
+        self._tenant_tick(job.spec.tenant, now_s)
         self._release(job, now_s)
         job.suspended_from = placement if suspend else None
         job.work_done_s = work_done_s
@@ -271,6 +405,7 @@ class ClusterState:
 
     def finish(self, job_id: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.RUNNING, "finish")
+        self._tenant_tick(job.spec.tenant, now_s)
         self._release(job, now_s)
         if job.spec.duration_s is not None:
             job.work_done_s = job.spec.duration_s
@@ -297,10 +432,11 @@ class ClusterState:
             raise InvariantViolation(f"cannot {what} job {job_id!r}: it is {job.phase.value}, not {phase.value}")
         return job
 
-    def _shape(self, spec: JobSpec) -> PendingShape:
+    def _shape(self, job: JobStatus) -> PendingShape:
+        spec = job.spec
         whole = spec.gpu_milli == FULL_GPU_MILLI
         quota_tenant = None
-        if spec.job_class is JobClass.GUARANTEED:
+        if job.job_class is JobClass.GUARANTEED:
             tenant = self._tenants.get(spec.tenant)
             if tenant is not None and tenant.quota_gpus is not None:
                 quota_tenant = spec.tenant
@@ -312,7 +448,11 @@ class ClusterState:
         job_id = job.spec.job_id
         entry = (self._queue_key(job), self._seq, job)
         self._pending_entry[job_id] = entry
-        shape = self._shape_of[job_id] = self._shape(job.spec)
+        shape = self._shape_of[job_id] = self._shape(job)
+        if shape.quota_tenant is not None:
+            self._pending_milli[job.spec.tenant] = (
+                self._pending_milli.get(job.spec.tenant, 0) + job.spec.gpu_demand_milli
+            )
         group = self._groups.get(shape)
         if group is None:
             group = self._groups[shape] = SortedList()
@@ -322,30 +462,50 @@ class ClusterState:
         job_id = job.spec.job_id
         entry = self._pending_entry.pop(job_id)
         shape = self._shape_of.pop(job_id)
+        if shape.quota_tenant is not None:
+            self._pending_milli[job.spec.tenant] -= job.spec.gpu_demand_milli
         group = self._groups[shape]
         group.remove(entry)
         if not group:
             del self._groups[shape]
 
-    def _check_placement(self, spec: JobSpec, placement: Placement) -> None:
+    def _check_placement(self, job: JobStatus, placement: Placement) -> None:
+        """Can ``job`` hold ``placement`` now (its own current holdings already given back)?"""
         topo = self._topo
+        spec = job.spec
         if placement.num_gpus != spec.num_gpus:
             raise InvariantViolation(
                 f"gang: job {spec.job_id!r} needs {spec.num_gpus} GPUs, placement has {placement.num_gpus}"
             )
+        opportunistic = placement.opportunistic
+        if opportunistic and job.job_class is not JobClass.OPPORTUNISTIC:
+            raise InvariantViolation(f"job {spec.job_id!r} is guaranteed: it cannot run opportunistically")
         # A whole-GPU job may run packed at a smaller share (Placement checks 0 < share <= 1000); a fractional
-        # job's share is what its trace measured, so it gets exactly that.
-        if spec.gpu_milli != FULL_GPU_MILLI and placement.gpu_milli != spec.gpu_milli:
+        # job's share is what its trace measured, so it gets exactly that. An opportunistic job's share is a cap
+        # its coordinator moves anywhere in 0..its request.
+        if opportunistic:
+            if placement.gpu_milli > spec.gpu_milli:
+                raise InvariantViolation(
+                    f"job {spec.job_id!r} asked for {spec.gpu_milli} milli-GPU per GPU, its share cap is "
+                    f"{placement.gpu_milli}"
+                )
+        elif spec.gpu_milli != FULL_GPU_MILLI and placement.gpu_milli != spec.gpu_milli:
             raise InvariantViolation(
                 f"job {spec.job_id!r} asked for {spec.gpu_milli} milli-GPU per GPU, placement gives "
                 f"{placement.gpu_milli}"
             )
         allowed = set(topo.type_indices(spec.gpu_types)) if spec.gpu_types else None
-        mem = spec.gpu_mem_mib or 0
+        mem = _mem_given(spec, placement)
         for g in placement.gpus:
             if not 0 <= g < topo.num_gpus:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
-            if self._gpu_free_milli[g] < placement.gpu_milli:
+            if opportunistic:
+                if self._gpu_opp_milli[g] + placement.gpu_milli > FULL_GPU_MILLI:
+                    raise InvariantViolation(
+                        f"GPU {g} has {FULL_GPU_MILLI - self._gpu_opp_milli[g]} milli of opportunistic share left, "
+                        f"job {spec.job_id!r} wants {placement.gpu_milli}"
+                    )
+            elif self._gpu_free_milli[g] < placement.gpu_milli:
                 raise InvariantViolation(
                     f"GPU {g} has {self._gpu_free_milli[g]} milli free, job {spec.job_id!r} wants {placement.gpu_milli}"
                 )
@@ -358,10 +518,10 @@ class ClusterState:
                     f"job {spec.job_id!r} may only use GPU types {spec.gpu_types}, GPU {g} is "
                     f"{topo.type_names[topo.gpu_type[g]]}"
                 )
+        if not opportunistic and job.job_class is JobClass.GUARANTEED:
+            self._check_quota(spec, spec.num_gpus * placement.gpu_milli)
 
     def _check_quota(self, spec: JobSpec, milli: int) -> None:
-        if spec.job_class is not JobClass.GUARANTEED:
-            return
         tenant = self._tenants.get(spec.tenant)
         if tenant is None or tenant.quota_gpus is None:
             return
@@ -372,27 +532,80 @@ class ClusterState:
                 f"job {spec.job_id!r} would add {milli / 1000:g}"
             )
 
-    def _release(self, job: JobStatus, now_s: float) -> None:
-        placement = job.placement
-        assert placement is not None  # RUNNING jobs always have one (checked by launch)
+    def _take(self, job: JobStatus, placement: Placement) -> int:
+        """Give ``placement`` to ``job`` in the GPU tables (checked before); returns the share it allocates."""
         spec = job.spec
-        milli = placement.gpu_milli
-        held = spec.num_gpus * milli
-        mem = spec.gpu_mem_mib or 0
         job_id = spec.job_id
+        milli = placement.gpu_milli
+        mem = _mem_given(spec, placement)
+        if placement.opportunistic:
+            for g in placement.gpus:
+                self._gpu_opp_milli[g] += milli
+                self._gpu_free_mem[g] -= mem
+                self._gpu_opp_jobs[g][job_id] = None
+            return 0
+        for g in placement.gpus:
+            self._set_gpu_free(g, self._gpu_free_milli[g] - milli)
+            self._gpu_free_mem[g] -= mem
+            self._gpu_jobs[g][job_id] = None
+        held = spec.num_gpus * milli
+        if job.job_class is JobClass.GUARANTEED:
+            self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + held
+        return held
+
+    def _give_back(self, job: JobStatus, placement: Placement) -> int:
+        """Undo :meth:`_take`; returns the share that was allocated."""
+        spec = job.spec
+        job_id = spec.job_id
+        milli = placement.gpu_milli
+        mem = _mem_given(spec, placement)
+        if placement.opportunistic:
+            for g in placement.gpus:
+                self._gpu_opp_milli[g] -= milli
+                self._gpu_free_mem[g] += mem
+                del self._gpu_opp_jobs[g][job_id]
+            return 0
         for g in placement.gpus:
             self._set_gpu_free(g, self._gpu_free_milli[g] + milli)
             self._gpu_free_mem[g] += mem
             del self._gpu_jobs[g][job_id]
-        if spec.job_class is JobClass.GUARANTEED:
+        held = spec.num_gpus * milli
+        if job.job_class is JobClass.GUARANTEED:
             self._guaranteed_milli[spec.tenant] -= held
-        del self._running[job_id]
+        return held
+
+    def _measure(self, placement: Placement, telemetry: Telemetry | None, sign: int) -> None:
+        """Add (``sign`` +1) or remove (-1) one job's telemetry to its GPUs' measured use."""
+        if telemetry is None:
+            return
+        sm = round(telemetry.sm_util * FULL_GPU_MILLI) * sign
+        mem = telemetry.mem_peak_mib * sign
+        if not sm and not mem:
+            return
+        gpu_type = self._topo.gpu_type
+        for g in placement.gpus:
+            old = self._gpu_sm_used[g]
+            if sm:
+                index = self._by_sm_used[gpu_type[g]]
+                index.remove((old, g))
+                index.add((old + sm, g))
+                self._gpu_sm_used[g] = old + sm
+            self._gpu_mem_used[g] += mem
+
+    def _release(self, job: JobStatus, now_s: float) -> None:
+        placement = job.placement
+        assert placement is not None  # RUNNING jobs always have one (checked by launch)
+        self._measure(placement, job.telemetry, -1)
+        held = self._give_back(job, placement)
+        del self._running[job.spec.job_id]
         last = job.last_start_s
         assert last is not None
         job.executed_s += now_s - last
         job.placement = None
         job.observed_rate = None
-        self._account(now_s, -held)
+        job.telemetry = None
+        if held:
+            self._account(now_s, -held)
 
     def _set_gpu_free(self, gpu: int, new: int) -> None:
         """Change one GPU's free share and keep every index in step."""
@@ -433,6 +646,11 @@ class ClusterState:
         topo = self._topo
         used = [0] * topo.num_gpus
         holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
+        opp_holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
+        opp_milli = [0] * topo.num_gpus
+        mem_given = [0] * topo.num_gpus
+        sm_used = [0] * topo.num_gpus
+        mem_used = [0] * topo.num_gpus
         guaranteed: dict[str, int] = {}
         alloc = 0
         for job in self._jobs.values():
@@ -449,19 +667,33 @@ class ClusterState:
                 spec = job.spec
                 if p is None or p.num_gpus != spec.num_gpus:
                     raise InvariantViolation(f"running job {spec.job_id!r} has a bad placement {p}")
-                if p.gpu_milli > spec.gpu_milli or (spec.gpu_milli != FULL_GPU_MILLI and p.gpu_milli != spec.gpu_milli):
+                if p.gpu_milli > spec.gpu_milli or (
+                    not p.opportunistic and spec.gpu_milli != FULL_GPU_MILLI and p.gpu_milli != spec.gpu_milli
+                ):
                     raise InvariantViolation(f"running job {spec.job_id!r} holds {p.gpu_milli} milli per GPU")
+                if p.opportunistic and job.job_class is not JobClass.OPPORTUNISTIC:
+                    raise InvariantViolation(f"guaranteed job {spec.job_id!r} runs opportunistically")
+                tel = job.telemetry
                 for g in p.gpus:
-                    used[g] += p.gpu_milli
-                    holders[g].add(spec.job_id)
-                held = spec.num_gpus * p.gpu_milli
-                alloc += held
-                if spec.job_class is JobClass.GUARANTEED:
-                    guaranteed[spec.tenant] = guaranteed.get(spec.tenant, 0) + held
+                    mem_given[g] += _mem_given(spec, p)
+                    if tel is not None:
+                        sm_used[g] += round(tel.sm_util * FULL_GPU_MILLI)
+                        mem_used[g] += tel.mem_peak_mib
+                    if p.opportunistic:
+                        opp_milli[g] += p.gpu_milli
+                        opp_holders[g].add(spec.job_id)
+                    else:
+                        used[g] += p.gpu_milli
+                        holders[g].add(spec.job_id)
+                if not p.opportunistic:
+                    held = spec.num_gpus * p.gpu_milli
+                    alloc += held
+                    if job.job_class is JobClass.GUARANTEED:
+                        guaranteed[spec.tenant] = guaranteed.get(spec.tenant, 0) + held
             elif job.placement is not None:
                 raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still holds {job.placement}")
-            elif job.observed_rate is not None:
-                raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still has an observed rate")
+            elif job.observed_rate is not None or job.telemetry is not None:
+                raise InvariantViolation(f"{job.phase.value} job {job.spec.job_id!r} still has a rate or telemetry")
         if alloc != self._alloc_milli:
             raise InvariantViolation(f"allocated total {self._alloc_milli} != sum over jobs {alloc}")
         for name, milli in guaranteed.items():
@@ -492,3 +724,15 @@ class ClusterState:
             in_partial = (left, g) in self._partial[topo.gpu_type[g]]
             if in_partial != (0 < left < FULL_GPU_MILLI):
                 raise InvariantViolation(f"GPU {g}: partial index is off")
+            if opp_holders[g] != set(self._gpu_opp_jobs[g]) or opp_milli[g] != self._gpu_opp_milli[g]:
+                raise InvariantViolation(f"GPU {g}: opportunistic index is off")
+            if opp_milli[g] > FULL_GPU_MILLI:
+                raise InvariantViolation(f"GPU {g}: opportunistic caps add up to {opp_milli[g]} milli")
+            if mem_given[g] > topo.gpu_mem_mib[g] or topo.gpu_mem_mib[g] - mem_given[g] != self._gpu_free_mem[g]:
+                raise InvariantViolation(
+                    f"GPU {g}: {mem_given[g]} MiB given of {topo.gpu_mem_mib[g]}, {self._gpu_free_mem[g]} recorded free"
+                )
+            if sm_used[g] != self._gpu_sm_used[g] or mem_used[g] != self._gpu_mem_used[g]:
+                raise InvariantViolation(f"GPU {g}: measured use index is off")
+            if (sm_used[g], g) not in self._by_sm_used[topo.gpu_type[g]]:
+                raise InvariantViolation(f"GPU {g}: SM-use index is off")

@@ -10,7 +10,11 @@ neutral defaults, in the spirit of the Kubernetes scheduling framework:
   that keep their own indexes (SRTF's running jobs by remaining time, Tiresias' attained service);
 - ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due, before
   that instant's round. It returns the pending jobs whose ``queue_key`` it changed (Tiresias' promotion of a
-  starving job), and the engine files them again under their new key; the default changes nothing.
+  starving job), and the engine files them again under their new key; the default changes nothing;
+- ``on_telemetry(job, now_s)``: told after a running job's telemetry was recorded (``job.telemetry``), for
+  policies that act on measurements (AntMan's local coordinator); it may be called while a decision is being
+  applied (the simulator reports the new speeds of the jobs an action affects), so it only takes note: the
+  policy acts in its next ``schedule`` call.
 
 Contract:
 
@@ -58,6 +62,8 @@ class BasePolicy:
     # Does the policy read jobs' models (Tiresias' placement sensitivity, Gandiva's packing)? A replay then draws
     # a model for each job that has none (see ``corral.sim.traces.assign_models``).
     needs_models: ClassVar[bool] = False
+    # Does the policy read telemetry (``JobView.telemetry``)? The simulator then models and reports it.
+    needs_telemetry: ClassVar[bool] = False
 
     def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
         self.config = config if config is not None else self.Config()
@@ -79,6 +85,9 @@ class BasePolicy:
 
     def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
         return ()
+
+    def on_telemetry(self, job: JobView, now_s: float) -> None:
+        return None
 
     def describe(self) -> str:
         fields = ", ".join(f"{f.name}={getattr(self.config, f.name)}" for f in dataclasses.fields(self.config))

@@ -115,15 +115,20 @@ class Planner:
         return used + spec.gpu_demand_milli <= tenant.quota_gpus * FULL_GPU_MILLI
 
     # -- tentative changes ------------------------------------------------------------------------------------
-    def take(self, spec: JobSpec, gpus: list[int]) -> Placement:
-        """Record that ``spec`` takes ``gpus`` at its share; returns the placement to launch it with."""
+    def take(self, spec: JobSpec, gpus: list[int], *, mem_mib: int | None = None) -> Placement:
+        """Record that ``spec`` takes ``gpus`` at its share (reserving ``mem_mib`` on each, default: the spec's
+        figure); returns the placement to launch it with."""
         milli = spec.gpu_milli
-        mem = spec.gpu_mem_mib or 0
+        mem = mem_mib if mem_mib is not None else spec.gpu_mem_mib or 0
         for g in gpus:
             self._set(g, self.gpu_free_milli(g) - milli, self.gpu_free_mem_mib(g) - mem)
         if spec.job_class is JobClass.GUARANTEED:
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) + spec.gpu_demand_milli
-        return Placement(tuple(sorted(gpus)), milli)
+        return Placement(tuple(sorted(gpus)), milli, mem_mib)
+
+    def add_memory(self, gpu: int, mib: int) -> None:
+        """Plan ``mib`` more free memory on ``gpu`` (negative: less), e.g. an opportunistic job's cap changing."""
+        self._gpu_mem[gpu] = self.gpu_free_mem_mib(gpu) + mib
 
     def release(self, job: JobView) -> None:
         """Plan as if running ``job`` had been preempted (its GPUs back)."""
@@ -131,10 +136,14 @@ class Planner:
         if placement is None:
             return
         spec = job.spec
-        mem = spec.gpu_mem_mib or 0
+        mem = placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
+        if placement.opportunistic:  # held no allocation: only its memory comes back
+            for g in placement.gpus:
+                self._gpu_mem[g] = self.gpu_free_mem_mib(g) + mem
+            return
         for g in placement.gpus:
             self._set(g, self.gpu_free_milli(g) + placement.gpu_milli, self.gpu_free_mem_mib(g) + mem)
-        if spec.job_class is JobClass.GUARANTEED:
+        if job.job_class is JobClass.GUARANTEED:
             # What it holds, which is less than it asked for when it runs packed (see ClusterState.launch).
             held = spec.num_gpus * placement.gpu_milli
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - held

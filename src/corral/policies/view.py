@@ -110,3 +110,24 @@ class ClusterView(Protocol):
     def tenant_guaranteed_milli(self, tenant: str) -> int:
         """Milli-GPUs held by ``tenant``'s guaranteed jobs (what its quota bounds)."""
         ...
+
+    # --- the opportunistic layer and measured use (see corral.core.placement, corral.core.telemetry) -----------
+    def gpu_opportunistic_jobs(self, gpu: int) -> Collection[str]:
+        """Jobs running opportunistically on ``gpu`` (they allocate none of it)."""
+        ...
+
+    def gpu_opportunistic_milli(self, gpu: int) -> int:
+        """The sum of the opportunistic jobs' compute-share caps on ``gpu``."""
+        ...
+
+    def gpu_sm_used(self, gpu: int) -> int:
+        """Measured SM use of ``gpu`` in milli (sum over its jobs' latest telemetry; 0 without any)."""
+        ...
+
+    def gpu_mem_used_mib(self, gpu: int) -> int:
+        """Measured peak GPU memory in use on ``gpu`` (sum over its jobs' latest telemetry)."""
+        ...
+
+    def gpus_by_sm_used(self, gpu_type: int) -> Sequence[tuple[int, int]]:
+        """``(sm_used_milli, gpu)`` for every GPU of ``gpu_type``, least used first."""
+        ...

@@ -6,80 +6,170 @@ out how much the job progressed and returns it; the stale completion event is ig
 
 Start-up cost of a restart: ``suspend_resume_s`` when the job was suspended (``Preempt(suspend=True)``) and comes
 back on the same set of nodes, whose host memory holds its state; ``restore_s`` otherwise (a checkpoint restore,
-as after a migration).
+as after a migration, including an ``Upgrade`` that moves a job to other GPUs).
 
-Packed jobs (whole-GPU jobs launched at a share below 1000) slow each other down at the rates of the performance
-model's co-location table. Whenever a packed job starts, stops or finishes, every job packed beside it is
-re-rated: its progress so far is settled at the old rate and its completion re-predicted at the new one. The
-superseded ``JobFinished`` stays in the event queue; :meth:`SimExecutor.is_current` tells the engine to ignore it.
-Each new rate is reported to the engine (``EventSink.observe_rate``) as the job's speed relative to running
-alone, which is what policies read as the observed rate. Only packed jobs are tracked per GPU, so a replay
-without packing pays nothing for this.
+Sharing (:mod:`corral.sim.sharing`): jobs that share a GPU slow each other when they *interact*: an
+opportunistic job interacts with every job on its GPUs, and two packed jobs (whole-GPU jobs launched at a share
+below 1000) interact with each other. Jobs at their own allocated share (whole GPUs, openb's fractions) do not
+slow each other: a fractional job's trace duration was measured while it shared. Whenever a job starts, stops,
+finishes or is resized, every job it interacts with is re-rated: its progress so far is settled at the old rate
+and its completion re-predicted at the new one. The superseded ``JobFinished`` stays in the event queue;
+:meth:`SimExecutor.is_current` tells the engine to ignore it. Each new rate is reported to the engine
+(``EventSink.observe_rate``) as the job's speed relative to running alone, and, when the policy reads telemetry,
+a :class:`~corral.core.telemetry.Telemetry` record made from the model (``EventSink.report``).
+
+Measured use, for every policy: each GPU's SM use (its jobs' SM busy fractions times their current speed, at
+most 1) and memory in use (their mean footprint over a mini-batch, within their caps) are kept as sums over the
+cluster and integrated over time, with change points for plots. Per job, the executor adds up the seconds it ran
+(``run_s``, after any start-up cost) and the seconds the same progress would have taken alone on the same GPUs
+(``solo_s``): ``run_s / solo_s`` is its slowdown from sharing.
 """
 
 from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
 
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation
 from corral.core.events import JobFinished
 from corral.core.job import JobSpec, JobStatus
 from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
 from corral.engine.executor import EventSink
 from corral.sim.perf import PerfModel
+from corral.sim.sharing import Profile, activity, pair_slowdown, spill_rate
+
+_PAUSED_STEP_FACTOR = 1e6  # a paused job's reported step time: its solo time x this (telemetry needs a number)
 
 
 class _Run:
     """One run of a job: progress is ``done_s`` at ``start_s`` and grows at ``base_rate * factor`` after it."""
 
-    __slots__ = ("base_rate", "done_s", "epoch", "event", "factor", "placement", "spec", "start_s")
+    __slots__ = (
+        "activity",
+        "base_rate",
+        "done_s",
+        "epoch",
+        "event",
+        "factor",
+        "opportunistic",
+        "packed",
+        "placement",
+        "profile",
+        "run_s",
+        "solo_s",
+        "spec",
+        "spill",
+        "start_s",
+    )
 
-    def __init__(self, spec: JobSpec, placement: Placement, epoch: int, start_s: float, done_s: float, rate: float):
+    def __init__(
+        self, spec: JobSpec, placement: Placement, epoch: int, start_s: float, done_s: float, rate: float, p: Profile
+    ):
         self.spec = spec
-        self.placement = placement
         self.epoch = epoch
         self.start_s = start_s
         self.done_s = done_s
         self.base_rate = rate
         self.factor = 1.0
         self.event: JobFinished | None = None
+        self.profile = p
+        self.run_s = 0.0
+        self.solo_s = 0.0
+        self.placement = placement
+        self.opportunistic = False
+        self.packed = False
+        self.activity = 1.0
+        self.spill = 1.0
+
+    def seat(self, placement: Placement, spill_penalty: float) -> None:
+        """Take ``placement``'s share and caps into account (its own throttles; partners are the executor's)."""
+        self.placement = placement
+        self.opportunistic = placement.opportunistic
+        self.packed = not placement.opportunistic and placement.gpu_milli < self.spec.gpu_milli
+        if placement.opportunistic:
+            self.activity = activity(self.profile, placement.gpu_milli)
+            self.spill = spill_rate(self.profile.mem_need_mib, placement.mem_mib, spill_penalty)
+        else:
+            self.activity = self.spill = 1.0
 
     def settle(self, now_s: float) -> None:
         """Count the progress made up to ``now_s`` (nothing while the start-up cost is still being paid)."""
         if now_s > self.start_s:
-            self.done_s += (now_s - self.start_s) * self.base_rate * self.factor
+            dt = now_s - self.start_s
+            self.done_s += dt * self.base_rate * self.factor
+            self.run_s += dt
+            self.solo_s += dt * self.factor
             self.start_s = now_s
+
+    def interacts(self, other: _Run) -> bool:
+        return self.opportunistic or other.opportunistic or (self.packed and other.packed)
+
+    def mem_used_mib(self) -> int:
+        peak = self.profile.mem_need_mib
+        cap = self.placement.mem_mib
+        if self.opportunistic and cap is not None:
+            peak = min(peak, cap)
+        return peak
 
 
 class SimExecutor:
-    __slots__ = ("_packed", "_runs", "_sink", "perf")
+    __slots__ = (
+        "_area_mem",
+        "_area_sm",
+        "_gpu_mem",
+        "_gpu_sm",
+        "_jobs_on",
+        "_last_s",
+        "_mem_sum",
+        "_pairs",
+        "_runs",
+        "_sink",
+        "_sm_sum",
+        "job_times",
+        "perf",
+        "telemetry",
+        "timeline_mem_mib",
+        "timeline_s",
+        "timeline_sm",
+    )
 
-    def __init__(self, topology: Topology, perf: PerfModel | None = None) -> None:
+    def __init__(self, topology: Topology, perf: PerfModel | None = None, *, telemetry: bool = False) -> None:
         self.perf = (perf or PerfModel()).bind(topology)
+        self.telemetry = telemetry
         self._sink: EventSink | None = None
         self._runs: dict[str, _Run] = {}
-        self._packed: dict[int, dict[str, None]] = {}  # GPU -> packed jobs on it (only GPUs that have some)
+        self._jobs_on: dict[int, dict[str, None]] = {}  # GPU -> running jobs on it (only GPUs that have some)
+        self._pairs: dict[tuple[str, str, int], tuple[float, float]] = {}  # (a, b, GPU type) -> full rates
+        # Measured use: per GPU (only GPUs in use), the cluster sums, their integrals and change points.
+        self._gpu_sm: dict[int, float] = {}
+        self._gpu_mem: dict[int, float] = {}
+        self._sm_sum = 0.0
+        self._mem_sum = 0.0
+        self._area_sm = 0.0  # GPU-busy fraction x s, summed over GPUs
+        self._area_mem = 0.0  # MiB x s
+        self._last_s: float | None = None
+        self.timeline_s: array[float] = array("d")
+        self.timeline_sm: array[float] = array("d")  # SM-busy GPUs (sum of fractions) from each change on
+        self.timeline_mem_mib: array[float] = array("d")
+        self.job_times: dict[str, list[float]] = {}  # job -> [run_s, solo_s] over all its runs
 
     def bind(self, sink: EventSink) -> None:
         self._sink = sink
 
+    # -- Executor ---------------------------------------------------------------------------------------------
     def launch(self, job: JobStatus, now_s: float) -> None:
         spec = job.spec
         placement = job.placement
-        sink = self._sink
-        if spec.duration_s is None or placement is None or sink is None:
+        if spec.duration_s is None or placement is None or self._sink is None:
             raise InvariantViolation(f"cannot simulate job {spec.job_id!r} without a duration and a placement")
         start = now_s + self._startup_s(job, placement)
-        run = _Run(spec, placement, job.run_epoch, start, job.work_done_s, self.perf.rate(spec, placement))
+        profile = self.perf.profile(spec, placement.gpus[0])
+        run = _Run(spec, placement, job.run_epoch, start, job.work_done_s, self.perf.rate(spec, placement), profile)
+        run.seat(placement, self.perf.model.spill_penalty)
         self._runs[spec.job_id] = run
-        if placement.gpu_milli < spec.gpu_milli:
-            for g in placement.gpus:
-                self._packed.setdefault(g, {})[spec.job_id] = None
-            run.factor = self._factor(run)
-            self._predict(run)
-            self._rerate(self._partners(run), now_s)
-        else:
-            self._predict(run)
-        sink.observe_rate(spec.job_id, run.factor)
+        self._enter(run, now_s)
 
     def _startup_s(self, job: JobStatus, placement: Placement) -> float:
         if not job.preemptions:
@@ -99,16 +189,75 @@ class SimExecutor:
         duration = job.spec.duration_s
         return run.done_s if duration is None else min(run.done_s, duration)
 
+    def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
+        run = self._runs[job.spec.job_id]
+        after = job.placement
+        assert after is not None
+        run.settle(now_s)
+        if set(after.gpus) != set(before.gpus):  # an upgrade onto other GPUs: a migration
+            self._leave(run, now_s, keep_times=True)
+            run.start_s = now_s + self.perf.model.restore_s
+            run.base_rate = self.perf.rate(run.spec, after)
+            run.profile = self.perf.profile(run.spec, after.gpus[0])
+            run.seat(after, self.perf.model.spill_penalty)
+            self._enter(run, now_s)
+            return
+        gone = self._partners(run)
+        run.seat(after, self.perf.model.spill_penalty)
+        self._rerate([run.spec.job_id, *(j for j in gone if j not in self._partners(run))], now_s, force=True)
+        self._rerate(self._partners(run), now_s)
+
     def finished(self, job: JobStatus, now_s: float) -> None:
         run = self._runs.pop(job.spec.job_id, None)
         if run is not None:
+            run.settle(now_s)
             self._leave(run, now_s)
 
     def is_current(self, event: JobFinished) -> bool:
         run = self._runs.get(event.job_id)
         return run is not None and run.event is event
 
+    # -- measured use -----------------------------------------------------------------------------------------
+    def usage_areas(self, until_s: float) -> tuple[float, float]:
+        """``(SM-busy GPU x s, memory-in-use MiB x s)`` integrated over the cluster up to ``until_s``."""
+        last = self._last_s
+        extra = 0.0 if last is None else max(0.0, until_s - last)
+        return self._area_sm + self._sm_sum * extra, self._area_mem + self._mem_sum * extra
+
     # -- internals --------------------------------------------------------------------------------------------
+    def _enter(self, run: _Run, now_s: float) -> None:
+        """``run`` starts holding its GPUs: rate it, predict it, re-rate the jobs it interacts with."""
+        job_id = run.spec.job_id
+        for g in run.placement.gpus:
+            self._jobs_on.setdefault(g, {})[job_id] = None
+        partners = self._partners(run)
+        run.factor = self._factor(run)
+        self._predict(run)
+        self._rerate(partners, now_s)
+        self._measure(run.placement.gpus, now_s)
+        assert self._sink is not None
+        self._sink.observe_rate(job_id, run.factor)
+        self._report(run, now_s)
+
+    def _leave(self, run: _Run, now_s: float, *, keep_times: bool = False) -> None:
+        """``run`` stops holding its GPUs: the jobs it interacted with speed up."""
+        job_id = run.spec.job_id
+        partners = self._partners(run)
+        for g in run.placement.gpus:
+            on = self._jobs_on[g]
+            del on[job_id]
+            if not on:
+                del self._jobs_on[g]
+        if not keep_times:
+            times = self.job_times.get(job_id)
+            if times is None:
+                self.job_times[job_id] = [run.run_s, run.solo_s]
+            else:
+                times[0] += run.run_s
+                times[1] += run.solo_s
+        self._rerate(partners, now_s)
+        self._measure(run.placement.gpus, now_s)
+
     def _predict(self, run: _Run) -> None:
         """Schedule ``run``'s completion at its current rate (none while the rate is 0: a re-rate will come)."""
         assert self._sink is not None and run.spec.duration_s is not None
@@ -120,50 +269,116 @@ class SimExecutor:
         run.event = JobFinished(run.spec.job_id, run.epoch)
         self._sink.schedule(run.start_s + remaining / rate, run.event)
 
+    def _full_rates(self, a: _Run, b: _Run, gpu: int) -> tuple[float, float]:
+        """Full-activity rates of ``a`` and ``b`` together on ``gpu`` (cached per pair and GPU type)."""
+        ida, idb = a.spec.job_id, b.spec.job_id
+        t = self.perf.topo.gpu_type[gpu]
+        key = (ida, idb, t) if ida <= idb else (idb, ida, t)
+        rates = self._pairs.get(key)
+        if rates is None:
+            if a.packed and b.packed:  # Gandiva's packing: the table a packing policy predicts from
+                rates = self.perf.pair_rates(a.spec, b.spec, gpu)
+            else:
+                rates = self.perf.sharing_rates(a.spec, a.profile, b.spec, b.profile, gpu)
+            if ida > idb:
+                rates = (rates[1], rates[0])
+            self._pairs[key] = rates
+        return rates if ida <= idb else (rates[1], rates[0])
+
     def _factor(self, run: _Run) -> float:
-        """Speed of a packed run relative to alone: per GPU the product of its pair rates with each partner
-        there; the gang goes at its slowest GPU's pace."""
+        """Speed relative to alone: per GPU the product of the slowdowns from each interacting partner there;
+        the gang goes at its slowest GPU's pace; then the run's own throttles (share cap, memory spill)."""
         job_id = run.spec.job_id
         worst = 1.0
+        runs = self._runs
         for g in run.placement.gpus:
             here = 1.0
-            for other in self._packed.get(g, ()):
-                if other != job_id:
-                    here *= self.perf.pair_rates(run.spec, self._runs[other].spec, g)[0]
+            for other_id in self._jobs_on.get(g, ()):
+                if other_id == job_id:
+                    continue
+                other = runs[other_id]
+                if run.interacts(other):
+                    here *= pair_slowdown(self._full_rates(run, other, g)[0], other.activity)
             worst = min(worst, here)
-        return worst
+        return worst * run.activity * run.spill
 
     def _partners(self, run: _Run) -> list[str]:
         job_id = run.spec.job_id
         seen: dict[str, None] = {}
+        runs = self._runs
         for g in run.placement.gpus:
-            for other in self._packed.get(g, ()):
-                if other != job_id:
+            for other in self._jobs_on.get(g, ()):
+                if other != job_id and other not in seen and run.interacts(runs[other]):
                     seen[other] = None
         return list(seen)
 
-    def _rerate(self, job_ids: list[str], now_s: float) -> None:
-        """The jobs packed beside a job that just started or stopped: settle, re-rate, re-predict, report."""
+    def _rerate(self, job_ids: list[str], now_s: float, *, force: bool = False) -> None:
+        """Settle, re-rate, re-predict and report each of ``job_ids`` whose speed changed (all, with ``force``)."""
         sink = self._sink
         assert sink is not None
-        for other_id in job_ids:
-            other = self._runs[other_id]
-            factor = self._factor(other)
-            if factor != other.factor:
-                other.settle(now_s)
-                other.factor = factor
-                self._predict(other)
-                sink.observe_rate(other_id, factor)
+        gpus: set[int] = set()
+        for job_id in job_ids:
+            run = self._runs.get(job_id)
+            if run is None:
+                continue
+            factor = self._factor(run)
+            if factor != run.factor or force:
+                run.settle(now_s)
+                run.factor = factor
+                self._predict(run)
+                sink.observe_rate(job_id, factor)
+                self._report(run, now_s)
+                gpus.update(run.placement.gpus)
+        if gpus:
+            self._measure(gpus, now_s)
 
-    def _leave(self, run: _Run, now_s: float) -> None:
-        """``run`` stops holding its GPUs: if it was packed, its partners speed up."""
-        if run.placement.gpu_milli >= run.spec.gpu_milli:
+    def _report(self, run: _Run, now_s: float) -> None:
+        sink = self._sink
+        assert sink is not None
+        if not self.telemetry or run.spec.job_id not in self._runs:
             return
-        job_id = run.spec.job_id
-        partners = self._partners(run)
-        for g in run.placement.gpus:
-            on = self._packed[g]
-            del on[job_id]
-            if not on:
-                del self._packed[g]
-        self._rerate(partners, now_s)
+        p = run.profile
+        factor = run.factor
+        step = p.solo_step_s / factor if factor > 0 else p.solo_step_s * _PAUSED_STEP_FACTOR
+        peak = run.mem_used_mib()
+        sink.report(
+            run.spec.job_id,
+            Telemetry(
+                time_s=now_s,
+                step_time_s=step,
+                solo_step_time_s=p.solo_step_s,
+                mem_peak_mib=peak,
+                mem_mean_mib=round(peak * p.mem_mean_frac),
+                mem_need_mib=p.mem_need_mib,
+                sm_util=min(1.0, p.sm_util * factor),
+            ),
+        )
+
+    def _measure(self, gpus: Iterable[int], now_s: float) -> None:
+        """Re-sum the measured use of ``gpus`` after their jobs changed."""
+        last = self._last_s
+        if last is not None and now_s > last:
+            dt = now_s - last
+            self._area_sm += self._sm_sum * dt
+            self._area_mem += self._mem_sum * dt
+        self._last_s = now_s
+        runs = self._runs
+        for g in gpus:
+            sm = mem = 0.0
+            for job_id in self._jobs_on.get(g, ()):
+                run = runs[job_id]
+                sm += run.profile.sm_util * run.factor
+                mem += run.mem_used_mib() * run.profile.mem_mean_frac
+            sm = min(1.0, sm)
+            self._sm_sum += sm - self._gpu_sm.pop(g, 0.0)
+            self._mem_sum += mem - self._gpu_mem.pop(g, 0.0)
+            if sm or mem:
+                self._gpu_sm[g] = sm
+                self._gpu_mem[g] = mem
+        if self.timeline_s and self.timeline_s[-1] == now_s:
+            self.timeline_sm[-1] = self._sm_sum
+            self.timeline_mem_mib[-1] = self._mem_sum
+        else:
+            self.timeline_s.append(now_s)
+            self.timeline_sm.append(self._sm_sum)
+            self.timeline_mem_mib.append(self._mem_sum)

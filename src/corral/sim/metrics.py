@@ -30,6 +30,24 @@ Finish-time fairness (Themis, NSDI'20 §3.2), computed for every policy so that 
   tenant's mean rho over its finished jobs; ``n`` = tenants with at least one). 1 means every tenant fared
   alike; 1/n means one tenant took all the unfairness. 0.0 when no job finished (like the other figures).
 - ``tenants.csv`` adds ``mean_rho`` and ``max_rho`` per tenant; ``jobs.csv`` adds each job's ``rho``.
+
+GPU sharing (AntMan, OSDI'20 §6 reports memory and SM utilization, guaranteed jobs' slowdown and opportunistic
+jobs' progress), computed for every policy from what the simulated executor measured (``corral.sim.executor``):
+
+- ``gpu_sm_util``: mean fraction of the cluster's GPU time that kernels kept busy (*used*, not allocated: a
+  whole GPU allocated to a job that keeps it 40% busy counts 0.4), over the makespan window;
+- ``gpu_mem_util``: mean fraction of the cluster's GPU memory in use (each job's mean footprint over a
+  mini-batch, within its cap), over the window;
+- slowdown of a job = seconds it ran / seconds the same progress would have taken alone on the same GPUs
+  (1.0 = never slowed by a neighbour). ``g_slowdown_p50``/``_p99``/``_max``: over jobs submitted as guaranteed
+  that ran;
+- ``opp_jobs``, ``opp_finished``, ``opp_avg_jct_s``, ``opp_p99_jct_s``: jobs submitted as opportunistic;
+  ``opp_throughput``: their progress while running as a fraction of what they would have made alone (total solo
+  seconds / total run seconds); ``upgrades``: opportunistic jobs made guaranteed;
+- ``quota_shortfall_gpu_h``: summed over tenants with a quota, GPU-hours of ``min(quota - held, pending
+  guaranteed demand)`` (``corral.engine.state``): promised capacity a tenant asked for and did not get. 0 means no
+  tenant's guaranteed jobs waited below its quota. ``tenants.csv`` adds ``quota_gpus``, ``quota_use`` (mean
+  held / quota) and ``shortfall_gpu_h`` per tenant.
 """
 
 from __future__ import annotations
@@ -41,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.core.job import FULL_GPU_MILLI, JobPhase, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobStatus
 
 SUMMARY_KEYS = (
     "jobs_total",
@@ -61,6 +79,18 @@ SUMMARY_KEYS = (
     "p90_rho",
     "p99_rho",
     "jain_rho_tenants",
+    "gpu_sm_util",
+    "gpu_mem_util",
+    "g_slowdown_p50",
+    "g_slowdown_p99",
+    "g_slowdown_max",
+    "opp_jobs",
+    "opp_finished",
+    "opp_avg_jct_s",
+    "opp_p99_jct_s",
+    "opp_throughput",
+    "upgrades",
+    "quota_shortfall_gpu_h",
 )
 
 
@@ -179,7 +209,10 @@ def _round_rho(x: float) -> float:
     return round(float(x), 4)
 
 
-def summarize(jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: int) -> dict[str, Any]:
+def summarize(
+    jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: int, usage: Usage | None = None
+) -> dict[str, Any]:
+    """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``."""
     finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
     rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
     jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float, len(finished))
@@ -198,6 +231,7 @@ def summarize(jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: in
     out["gpu_alloc_util"] = round(alloc_area_milli_s / capacity, 6) if capacity > 0 else 0.0
     out["preemptions"] = sum(j.preemptions for j in jobs)
     out.update(rho_stats(jobs, job_rhos(jobs, num_gpus)))
+    out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus))
     return out
 
 
@@ -234,7 +268,7 @@ def per_tenant(jobs: Sequence[JobStatus], num_gpus: int | None = None) -> list[d
 
 
 def utilization_bins(
-    times_s: Sequence[float], alloc_milli: Sequence[int], window: Window, num_gpus: int, bin_s: float | None = None
+    times_s: Sequence[float], alloc_milli: Sequence[float], window: Window, num_gpus: int, bin_s: float | None = None
 ) -> tuple[float, list[tuple[float, float]]]:
     """Time-weighted mean allocated fraction in fixed bins over ``window``: ``(bin_s, [(start_s, frac)...])``.
 
@@ -269,3 +303,74 @@ def utilization_bins(
             area[b1] += v * (e - (window.start_s + b1 * bin_s))
     frac = area / (num_gpus * FULL_GPU_MILLI * bin_s)
     return bin_s, [(_round(window.start_s + i * bin_s), round(float(f), 6)) for i, f in enumerate(frac)]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the executor measured and the state integrated, for :func:`sharing_stats`."""
+
+    sm_area: float  # SM-busy GPU x s
+    mem_area_mib_s: float  # memory in use, MiB x s
+    total_mem_mib: int  # the cluster's GPU memory
+    job_times: dict[str, list[float]]  # job -> [run_s, solo_s]
+    tenant_areas: dict[str, tuple[int, float, float]]  # tenant with quota -> (quota GPUs, held, shortfall) milli x s
+
+
+def job_slowdown(times: list[float] | None) -> float | None:
+    """Run seconds over solo seconds, or None for a job that made no progress while running."""
+    if times is None or times[1] <= 0:
+        return None
+    return times[0] / times[1]
+
+
+def sharing_stats(jobs: Sequence[JobStatus], usage: Usage, num_gpus: int) -> dict[str, Any]:
+    """The GPU-sharing part of the summary (see the module docstring)."""
+    win = window_of(jobs)
+    length = win.length_s
+    out: dict[str, Any] = {
+        "gpu_sm_util": round(usage.sm_area / (num_gpus * length), 6) if length > 0 else 0.0,
+        "gpu_mem_util": round(usage.mem_area_mib_s / (usage.total_mem_mib * length), 6) if length > 0 else 0.0,
+    }
+    slow = [
+        x
+        for j in jobs
+        if j.spec.job_class is JobClass.GUARANTEED and (x := job_slowdown(usage.job_times.get(j.spec.job_id)))
+    ]
+    if slow:
+        p50, p99 = np.percentile(slow, [50, 99])
+        out.update(g_slowdown_p50=_round_rho(p50), g_slowdown_p99=_round_rho(p99), g_slowdown_max=_round_rho(max(slow)))
+    else:
+        out.update(g_slowdown_p50=0.0, g_slowdown_p99=0.0, g_slowdown_max=0.0)
+    opp = [j for j in jobs if j.spec.job_class is JobClass.OPPORTUNISTIC]
+    done = [j for j in opp if j.phase is JobPhase.FINISHED and j.end_s is not None]
+    jcts = np.fromiter((j.end_s - j.spec.submit_s for j in done if j.end_s is not None), float, len(done))
+    run = solo = 0.0
+    for j in opp:
+        times = usage.job_times.get(j.spec.job_id)
+        if times is not None:
+            run += times[0]
+            solo += times[1]
+    out["opp_jobs"] = len(opp)
+    out["opp_finished"] = len(done)
+    out["opp_avg_jct_s"] = _round(jcts.mean()) if len(jcts) else 0.0
+    out["opp_p99_jct_s"] = _round(np.percentile(jcts, 99)) if len(jcts) else 0.0
+    out["opp_throughput"] = _round_rho(solo / run) if run > 0 else 0.0
+    out["upgrades"] = sum(1 for j in opp if j.upgraded)
+    short = sum(area for _, _, area in usage.tenant_areas.values())
+    out["quota_shortfall_gpu_h"] = _round(short / FULL_GPU_MILLI / 3600.0)
+    return out
+
+
+def tenant_quota_columns(rows: list[dict[str, Any]], usage: Usage, window: Window) -> None:
+    """Add ``quota_gpus``, ``quota_use`` and ``shortfall_gpu_h`` to per-tenant rows (blank without a quota)."""
+    length = window.length_s
+    for row in rows:
+        got = usage.tenant_areas.get(row["tenant"])
+        if got is None:
+            row.update(quota_gpus="", quota_use="", shortfall_gpu_h="")
+            continue
+        quota, held, short = got
+        capacity = quota * FULL_GPU_MILLI * length
+        row["quota_gpus"] = quota
+        row["quota_use"] = round(held / capacity, 6) if capacity > 0 else 0.0
+        row["shortfall_gpu_h"] = _round(short / FULL_GPU_MILLI / 3600.0)

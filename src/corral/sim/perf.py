@@ -30,6 +30,9 @@ Assumptions (each configurable in :class:`PerfModel`):
   unknown models); with several partners a job's rate is the product of its pair rates (an extrapolation: Gavel
   measured pairs only); a gang runs at the pace of its slowest GPU. Jobs at their own asked share (whole or
   fractional) are neither slowed nor slowing: a fractional job's trace duration was measured while sharing.
+- Sharing beyond Gandiva's pairs (AntMan's opportunistic jobs; pairs Gavel did not measure; compute-share caps;
+  memory caps that make a job spill to host memory): :mod:`corral.sim.sharing`, with the knobs
+  ``usage_spread``, ``bandwidth_kappa`` and ``spill_penalty`` below.
 - ``interference_noise`` makes the simulator's truth differ from the table a policy predicts from: each packed
   pair's two rates are multiplied by one factor drawn uniformly from ``[1 - noise, 1 + noise]`` (capped at
   1.0), the same for the whole run, from a generator seeded by ``seed`` and the pair's job ids. A policy that
@@ -48,6 +51,7 @@ from corral.core.job import JobSpec
 from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
 from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
+from corral.sim.sharing import Profile, job_profile, modelled_pair_rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +69,16 @@ class PerfModel:
     interference_noise: float = field(
         default=0.0, metadata={"help": "packed pairs' true rates = table rates x U(1-noise, 1+noise), per pair"}
     )
-    seed: int = field(default=0, metadata={"help": "seed of the interference noise draws"})
+    seed: int = field(default=0, metadata={"help": "seed of the interference noise and usage draws"})
+    usage_spread: float = field(
+        default=0.5, metadata={"help": "each job uses its model's SM and memory x U(1-spread, 1) (sim.sharing)"}
+    )
+    bandwidth_kappa: float = field(
+        default=0.3, metadata={"help": "speed lost per unit of a partner's memory-bandwidth use (sim.sharing)"}
+    )
+    spill_penalty: float = field(
+        default=2.0, metadata={"help": "slowdown per fraction of a job's memory spilled to host (sim.sharing)"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("spread_rate", "cross_rack_rate"):
@@ -78,6 +91,12 @@ class PerfModel:
                 raise ConfigError(f"perf model: {name} must be finite and >= 0, got {value}")
         if not 0 <= self.interference_noise < 1:
             raise ConfigError(f"perf model: interference_noise must be in [0, 1), got {self.interference_noise}")
+        for name in ("usage_spread", "bandwidth_kappa"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ConfigError(f"perf model: {name} must be in [0, 1), got {value}")
+        if not 0 <= self.spill_penalty < float("inf"):
+            raise ConfigError(f"perf model: spill_penalty must be finite and >= 0, got {self.spill_penalty}")
 
     def bind(self, topology: Topology) -> BoundPerfModel:
         return BoundPerfModel(self, topology)
@@ -103,13 +122,45 @@ class BoundPerfModel:
         )
         self._noise: dict[tuple[str, str], float] = {}
 
-    def pair_rates(self, a: JobSpec, b: JobSpec, gpu: int) -> tuple[float, float]:
-        """True normalised rates of ``a`` and ``b`` packed on ``gpu``: the co-location table's, times the pair's
-        noise factor (see the module docstring)."""
+    def table(self) -> ColocationTable:
         table = self._table
         if table is None:
             table = self._table = load_colocation()
-        rate_a, rate_b = pair_rates(table, a.model, b.model, self._gavel_gpu[self.topo.gpu_type[gpu]])
+        return table
+
+    def profile(self, spec: JobSpec, gpu: int) -> Profile:
+        """The job's resource profile on ``gpu``'s type (see :mod:`corral.sim.sharing`)."""
+        topo = self.topo
+        t = topo.gpu_type[gpu]
+        model = self.model
+        return job_profile(
+            spec,
+            topo.type_mem_mib[t],
+            topo.type_speed[t] if model.gpu_speed else 1.0,
+            self._gavel_gpu[t],
+            self.table() if spec.model is not None else None,
+            seed=model.seed,
+            usage_spread=model.usage_spread,
+        )
+
+    def pair_rates(self, a: JobSpec, b: JobSpec, gpu: int) -> tuple[float, float]:
+        """True normalised rates of ``a`` and ``b`` packed on ``gpu``: the co-location table's, times the pair's
+        noise factor (see the module docstring)."""
+        rate_a, rate_b = pair_rates(self.table(), a.model, b.model, self._gavel_gpu[self.topo.gpu_type[gpu]])
+        return self._noisy(a, b, rate_a, rate_b)
+
+    def sharing_rates(self, a: JobSpec, pa: Profile, b: JobSpec, pb: Profile, gpu: int) -> tuple[float, float]:
+        """Full-activity rates of ``a`` and ``b`` on ``gpu``: Gavel's measured pair when there is one, else the
+        profile model of :mod:`corral.sim.sharing`; times the pair's noise factor."""
+        type_a, type_b = pa.traits.colocation_type, pb.traits.colocation_type
+        rates = None
+        if type_a and type_b:
+            rates = self.table().rates(type_a, type_b, self._gavel_gpu[self.topo.gpu_type[gpu]])
+        if rates is None:
+            rates = modelled_pair_rates(pa, pb, self.model.bandwidth_kappa)
+        return self._noisy(a, b, rates[0], rates[1])
+
+    def _noisy(self, a: JobSpec, b: JobSpec, rate_a: float, rate_b: float) -> tuple[float, float]:
         noise = self.model.interference_noise
         if noise:
             factor = self.noise_factor(a.job_id, b.job_id)

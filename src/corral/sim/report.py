@@ -1,9 +1,12 @@
 """Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``
 and, when decisions were recorded, ``decisions.log``.
 
-``jobs.csv`` ends with each job's finish-time fairness ``rho`` (empty where undefined) and ``tenants.csv`` with
-``mean_rho`` and ``max_rho`` (see :mod:`corral.sim.metrics`); new columns are only ever appended, so scripts
-that read columns by position keep working.
+``jobs.csv`` ends with each job's finish-time fairness ``rho`` (empty where undefined), its class at the end
+(``guaranteed``, ``opportunistic``, or ``upgraded``) and its ``slowdown`` from sharing; ``tenants.csv`` with
+``mean_rho`` and ``max_rho`` and, for tenants with a quota, ``quota_gpus``, ``quota_use`` and
+``shortfall_gpu_h``; ``utilization.csv`` gives, per time bin, the allocated fraction of the GPUs, the fraction of
+GPU time kept busy (SM) and the fraction of GPU memory in use (see :mod:`corral.sim.metrics`). New columns are
+only ever appended, so scripts that read columns by position keep working.
 
 Files hold no wall-clock times or paths that vary between runs, so the same inputs and seed give the same bytes.
 """
@@ -16,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from corral.sim.metrics import job_rhos, utilization_bins
+from corral.sim.metrics import job_rhos, job_slowdown, utilization_bins
 from corral.sim.runner import SimulationResult
 
 JOB_COLUMNS = (
@@ -33,11 +36,17 @@ JOB_COLUMNS = (
     "status",
     "reason",
     "rho",
+    "job_class",
+    "slowdown",
 )
 
 
 def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.3f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.4f}"
 
 
 def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
@@ -59,6 +68,7 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
 
     path = out / "jobs.csv"
     rhos = job_rhos(result.jobs, result.num_gpus).tolist()
+    times = result.usage.job_times if result.usage is not None else {}
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(JOB_COLUMNS)
@@ -80,6 +90,8 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
                     j.phase.value,
                     j.reason or "",
                     "" if math.isnan(rho) else f"{rho:.4f}",
+                    "upgraded" if j.upgraded else s.job_class.value,
+                    _ratio(job_slowdown(times.get(s.job_id))),
                 )
             )
     written.append(path)
@@ -92,12 +104,22 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
         w2.writerows(rows)
     written.append(path)
 
-    _, bins = utilization_bins(result.timeline_s, result.timeline_milli, result.window, result.num_gpus)
+    bin_s, bins = utilization_bins(result.timeline_s, result.timeline_milli, result.window, result.num_gpus)
+    columns = [bins]
+    usage = result.usage
+    if usage is not None and result.timeline_use_s is not None:
+        # The same bins, on the measured use: SM-busy GPUs x 1000 and memory as a fraction of the cluster's x G x 1000
+        # (utilization_bins divides by num_gpus x 1000).
+        scale = result.num_gpus * 1000 / usage.total_mem_mib
+        for series, factor in ((result.timeline_sm, 1000.0), (result.timeline_mem_mib, scale)):
+            values = [v * factor for v in series]
+            columns.append(utilization_bins(result.timeline_use_s, values, result.window, result.num_gpus, bin_s)[1])
     path = out / "utilization.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(("time_s", "gpu_alloc_frac"))
-        w.writerows(bins)
+        w.writerow(("time_s", "gpu_alloc_frac", "gpu_sm_frac", "gpu_mem_frac")[: len(columns) + 1])
+        for i, row in enumerate(bins):
+            w.writerow((*row, *(col[i][1] for col in columns[1:])))
     written.append(path)
 
     if result.decision_log is not None:

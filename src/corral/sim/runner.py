@@ -18,7 +18,7 @@ from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
 from corral.sim.executor import SimExecutor
-from corral.sim.metrics import Window, per_tenant, summarize, window_of
+from corral.sim.metrics import Usage, Window, per_tenant, summarize, tenant_quota_columns, window_of
 from corral.sim.perf import PerfModel
 from corral.sim.trace import Trace
 
@@ -39,6 +39,10 @@ class SimulationResult:
     wall_s: float = 0.0
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    timeline_sm: Any = None  # array('d'): measured SM-busy GPUs from each change time of ``timeline_use_s`` on
+    timeline_mem_mib: Any = None  # array('d'): GPU memory in use (MiB)
+    timeline_use_s: Any = None  # array('d')
 
 
 def simulate(
@@ -62,7 +66,7 @@ def simulate(
             raise InputError(f"job {spec.job_id!r} has no duration; a replay needs one per job", file=trace.source)
     topo = Topology(cluster)
     state = ClusterState(topo, cluster.tenants, queue_key=policy.queue_key)
-    executor = SimExecutor(topo, perf)
+    executor = SimExecutor(topo, perf, telemetry=policy.needs_telemetry)
     engine = Engine(state, policy, executor, VirtualClock(), record_decisions=record_decisions)
     engine.on_submitted = on_progress
     engine.feed(trace.jobs)
@@ -77,14 +81,24 @@ def simulate(
     engine.run()
     jobs = list(state.jobs())
     win = window_of(jobs)
-    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus)
+    sm_area, mem_area = executor.usage_areas(win.end_s)
+    areas = {}
+    for tenant in cluster.tenants:
+        if tenant.quota_gpus is not None:
+            held, short = state.tenant_areas(tenant.name, win.end_s)
+            areas[tenant.name] = (tenant.quota_gpus, held, short)
+    usage = Usage(sm_area, mem_area, sum(topo.gpu_mem_mib), executor.job_times, areas)
+    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage)
+    tenants = per_tenant(jobs, topo.num_gpus)
+    if areas:
+        tenant_quota_columns(tenants, usage, win)
     return SimulationResult(
         policy=policy.describe(),
         cluster=cluster.name,
         trace=trace.source,
         jobs=jobs,
         summary=summary,
-        tenants=per_tenant(jobs, topo.num_gpus),
+        tenants=tenants,
         timeline_s=state.timeline_s,
         timeline_milli=state.timeline_milli,
         window=win,
@@ -93,4 +107,8 @@ def simulate(
         wall_s=time.perf_counter() - started,
         rounds=engine.rounds,
         notes=list(trace.notes),
+        usage=usage,
+        timeline_sm=executor.timeline_sm,
+        timeline_mem_mib=executor.timeline_mem_mib,
+        timeline_use_s=executor.timeline_s,
     )

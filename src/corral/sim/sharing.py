@@ -1,0 +1,122 @@
+"""The simulator's model of jobs sharing a GPU: each job's resource profile, and how fast co-located jobs go.
+
+This is the truth a replay runs on when jobs share GPUs (Gandiva's packing, AntMan's opportunistic jobs). The
+policies never see it; they see what the executor reports (observed rates and :class:`Telemetry`).
+
+**Profile of a job** (:class:`Profile`, built once per run by :func:`job_profile`): from its model's traits
+(:mod:`corral.core.models`): peak GPU memory, mean/peak memory over a mini-batch, SM busy fraction and
+memory-bandwidth fraction when alone, and its solo mini-batch time. Two adjustments:
+
+- *usage spread*: production jobs use less of a GPU than the same model tuned for a benchmark (AntMan, OSDI'20
+  §2.2, reports that most jobs in Alibaba's cluster leave much of their GPUs' memory and SMs idle). Each job's
+  SM and memory use are its model's times one factor drawn uniformly from ``[1 - usage_spread, 1]``, from a
+  generator seeded by the run's seed and the job id (the same job gets the same factor in every replay);
+- *fractional shares*: a job allocated part of a GPU (openb's ``gpu_milli``) uses that part: SM use and memory
+  scale by ``gpu_milli / 1000``.
+
+The solo mini-batch time is Gavel's measured isolated throughput of the model's job type on the GPU's Gavel type
+(``1 / steps per second``; ``corral.policies.colocation``), else 0.25 s; divided by the GPU type's speed.
+
+**Co-location** (:func:`pair_slowdown`): two jobs on one GPU each run at a *full-activity pair rate*: Gavel's
+measured normalised rates when both models map to Gavel job types measured together on that GPU type; otherwise a
+documented model from the profiles: when their SM demands add up to more than the GPU (``u_a + u_b > 1``) they
+time-share it, each getting ``1 / (u_a + u_b)`` of its speed, and each also loses ``bandwidth_kappa × b_other``
+to memory-bandwidth contention (``b``: the partner's bandwidth fraction). A partner that is throttled to an
+*activity* ``a`` in [0, 1] (an opportunistic job under a compute-share cap) slows its neighbour proportionally
+less: the neighbour's rate is ``1 - (1 - pair_rate) × a``. With several partners the factors multiply (pairs is
+all Gavel measured). A gang runs at the pace of its slowest GPU.
+
+**Opportunistic jobs** (:func:`activity`, :func:`spill_rate`): a compute-share cap ``s`` (fraction of the GPU's
+time) limits a job that would use ``u`` of it alone to ``min(1, s / u)`` of its speed (the duty cycle only bites
+below its natural use). A memory cap below the job's peak need makes the excess spill to host memory: the job
+runs at ``1 / (1 + spill_penalty × spilled fraction)`` of its speed instead of failing (AntMan §3.2 moves tensors
+to host memory rather than failing with out-of-memory). ``spill_penalty`` (default 2: half the footprint in host
+memory halves the speed... roughly what moving activations over PCIe every step costs against HBM) is an
+assumption, configurable in the performance model.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from corral.core.job import FULL_GPU_MILLI, JobSpec
+from corral.core.models import UNKNOWN, ModelTraits, traits
+from corral.policies.colocation import ColocationTable
+
+DEFAULT_STEP_S = 0.25  # solo mini-batch time of a job whose model Gavel did not measure
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A job's use of one of its GPUs when it runs alone there (see the module docstring)."""
+
+    sm_util: float  # 0..1
+    mem_need_mib: int  # peak within a mini-batch
+    mem_mean_frac: float  # mean / peak over a mini-batch
+    mem_bw: float  # 0..1
+    solo_step_s: float
+    traits: ModelTraits
+
+
+def usage_factor(job_id: str, seed: int, spread: float) -> float:
+    """The job's production-usage factor in ``[1 - spread, 1]`` (1.0 when ``spread`` is 0): one draw per job."""
+    if spread <= 0:
+        return 1.0
+    # A string seed is hashed with SHA-512 by `random`: the same on every run and platform.
+    return random.Random(f"usage:{seed}:{job_id}").uniform(1.0 - spread, 1.0)
+
+
+def job_profile(
+    spec: JobSpec,
+    gpu_mem_mib: int,
+    gpu_speed: float,
+    gavel_gpu: str,
+    table: ColocationTable | None,
+    *,
+    seed: int,
+    usage_spread: float,
+) -> Profile:
+    known = traits(spec.model)
+    share = spec.gpu_milli / FULL_GPU_MILLI
+    usage = usage_factor(spec.job_id, seed, usage_spread)
+    need = spec.gpu_mem_mib or round(known.mem_mib * usage * share)
+    step = DEFAULT_STEP_S
+    if table is not None and known is not UNKNOWN:
+        steps_per_s = table.isolated.get(gavel_gpu, {}).get(known.colocation_type)
+        if steps_per_s:
+            step = 1.0 / steps_per_s
+    return Profile(
+        sm_util=min(1.0, known.sm_util * usage * share),
+        mem_need_mib=max(1, min(need, gpu_mem_mib)),
+        mem_mean_frac=known.mem_mean_frac,
+        mem_bw=min(1.0, known.mem_bw * usage * share),
+        solo_step_s=step / max(gpu_speed, 1e-9),
+        traits=known,
+    )
+
+
+def modelled_pair_rates(a: Profile, b: Profile, kappa: float) -> tuple[float, float]:
+    """Full-activity rates of two jobs on one GPU from their profiles (for pairs Gavel did not measure)."""
+    share = 1.0 / max(1.0, a.sm_util + b.sm_util)
+    return share * (1.0 - kappa * b.mem_bw), share * (1.0 - kappa * a.mem_bw)
+
+
+def activity(profile: Profile, share_milli: int) -> float:
+    """How much of its solo speed a compute-share cap of ``share_milli`` leaves a job (1.0 = unthrottled)."""
+    if profile.sm_util <= 0:
+        return 1.0
+    return min(1.0, share_milli / FULL_GPU_MILLI / profile.sm_util)
+
+
+def spill_rate(need_mib: int, cap_mib: int | None, penalty: float) -> float:
+    """Speed left to a job whose memory cap is below its need (1.0 when it fits or is uncapped)."""
+    if cap_mib is None or cap_mib >= need_mib or need_mib <= 0:
+        return 1.0
+    spilled = (need_mib - max(0, cap_mib)) / need_mib
+    return 1.0 / (1.0 + penalty * spilled)
+
+
+def pair_slowdown(pair_rate: float, partner_activity: float) -> float:
+    """A job's speed factor next to one partner: its full-activity pair rate, scaled by the partner's activity."""
+    return 1.0 - (1.0 - pair_rate) * partner_activity
