@@ -56,7 +56,10 @@ def test_describe() -> None:
         ("fifo:bogus=1", "policy 'fifo' has no option 'bogus' (its options: backfill, placement)"),
         ("srtf:preemt=false", "policy 'srtf' has no option 'preemt' (its options: backfill, placement, preempt)"),
         ("fifo:backfill=maybe", "option backfill: expected bool, got 'maybe'"),
-        ("fifo:placement=diagonal", "option placement: expected consolidated|strict|spread|first-fit, got 'diagonal'"),
+        (
+            "fifo:placement=diagonal",
+            "option placement: expected consolidated|strict|spread|first-fit|fgd, got 'diagonal'",
+        ),
         ("fifo:backfill", "policy spec 'fifo:backfill': expected key=value, got 'backfill'"),
         ("fifo:=true", "expected key=value"),
         (":backfill=true", "has no policy name"),

@@ -12,6 +12,10 @@
 
 SJF and SRTF backfill by default: they are meant as bounds on average JCT, and letting a job that fits start is
 what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no partial starts).
+
+With ``placement=fgd`` each policy keeps a :class:`~corral.policies.fragmentation.FragmentationScorer` for the
+run and feeds it every submitted job, so single-GPU requests go where they fragment the cluster least for the
+workload seen so far (Weng et al., ATC'23).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sortedcontainers import SortedList
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
+from corral.policies.fragmentation import FragmentationScorer
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
 from corral.policies.preemption import place_by_preempting
@@ -35,14 +40,22 @@ from corral.policies.view import ClusterView
 
 PLACEMENT_HELP = (
     "where a job's GPUs go: consolidated (fewest nodes, best fit), strict (fewest possible nodes or wait), "
-    "spread (one per node), first-fit"
+    "spread (one per node), first-fit, fgd (single-GPU requests where they fragment the cluster least)"
 )
 
 
-def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, backfill: bool) -> list[Action]:
+def fill(
+    view: ClusterView,
+    planner: Planner,
+    strategy: PlacementStrategy,
+    *,
+    backfill: bool,
+    scorer: FragmentationScorer | None = None,
+) -> list[Action]:
     """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
     unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
     either (see :mod:`corral.policies.queue`), and the walk ends as soon as nothing at all is free.
+    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.placement.place`).
     """
     launches: list[Action] = []
     walk = PendingWalk(view)
@@ -56,7 +69,7 @@ def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, ba
         if not planner.quota_allows(spec):
             walk.block(shape, quota=True)
         else:
-            placement = place(planner, spec, strategy, allowed_types(view, spec))
+            placement = place(planner, spec, strategy, allowed_types(view, spec), scorer)
             if placement is not None:
                 launches.append(Launch(spec.job_id, placement))
                 continue
@@ -64,6 +77,21 @@ def fill(view: ClusterView, planner: Planner, strategy: PlacementStrategy, *, ba
         if not backfill:
             break
     return launches
+
+
+def fgd_scorer(strategy: PlacementStrategy) -> FragmentationScorer | None:
+    """A scorer for a run placing with ``strategy``: one for fgd, none otherwise."""
+    return FragmentationScorer() if strategy is PlacementStrategy.FRAGMENTATION else None
+
+
+def observe_submission(scorer: FragmentationScorer | None, job: JobView) -> None:
+    """Count a newly submitted job's shape. Done from ``on_job_changed`` rather than ``admit``: the engine calls
+    it on submission with the job pending and never started (a state no later change returns to: a preempted
+    job has a start), and it is the hook meant for a policy's own indexes, while ``admit`` is a question that
+    SJF and SRTF answer with overrides of their own. A job rejected right after still counts: its shape then
+    fits nowhere, which moves every candidate's score alike (see :mod:`corral.policies.fragmentation`)."""
+    if scorer is not None and job.phase is JobPhase.PENDING and job.last_start_s is None:
+        scorer.observe(job.spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +105,20 @@ class QueuePolicy(BasePolicy):
 
     Config = QueueConfig
 
+    def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        assert isinstance(self.config, QueueConfig)
+        self.scorer = fgd_scorer(self.config.placement)
+
+    def on_job_changed(self, job: JobView, now_s: float) -> None:
+        observe_submission(self.scorer, job)
+
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         cfg = self.config
         assert isinstance(cfg, QueueConfig)
         if not view.num_pending:
             return Decision.NOTHING
-        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill)))
+        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill, scorer=self.scorer)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +204,8 @@ class SrtfPolicy(BasePolicy):
         # the executor reports true progress then.
         self._by_end: SortedList = SortedList()
         self._entry: dict[str, tuple[float, str]] = {}
+        assert isinstance(self.config, SrtfConfig)
+        self.scorer = fgd_scorer(self.config.placement)
 
     def queue_key(self, job: JobView) -> tuple[Any, ...]:
         return (_remaining(job), job.spec.submit_s)
@@ -176,6 +214,7 @@ class SrtfPolicy(BasePolicy):
         return _oracle_reason(view, spec, self.name)
 
     def on_job_changed(self, job: JobView, now_s: float) -> None:
+        observe_submission(self.scorer, job)
         job_id = job.spec.job_id
         old = self._entry.pop(job_id, None)
         if old is not None:
@@ -191,9 +230,11 @@ class SrtfPolicy(BasePolicy):
         if not view.num_pending:
             return Decision.NOTHING
         planner = Planner(view)
-        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill)
+        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer)
         if cfg.preempt and self._by_end and len(actions) < view.num_pending:
             launched = {a.job_id for a in actions}
+            # Placing by preemption (preemption.place_by_preempting) takes no scorer: under fgd it places without
+            # workload knowledge, which is best fit (see placement.place).
             actions += self._preemptions(view, planner, launched, now_s, cfg.placement)
         return Decision(tuple(actions))
 

@@ -10,10 +10,13 @@
 - ``spread``: one GPU per node, over the nodes with the most free GPUs, round-robin if it needs more GPUs than
   there are such nodes. The opposite extreme, useful as a bound on the cost of ignoring locality.
 - ``first-fit``: nodes in index order, taking what is free on each until the job has enough.
+- ``fgd``: fragmentation gradient descent (Weng et al., ATC'23; :mod:`corral.policies.fragmentation`) for
+  requests of one GPU, fractional or whole: the GPU whose node's fragmentation, weighed by how popular each
+  request shape has been, grows least. Gangs of several GPUs are placed as under ``consolidated``.
 
 Fractional requests (one GPU, share below 1000) use best fit over partly taken GPUs for ``consolidated``
-(fill holes first), worst fit for ``spread`` (an empty GPU first, else the emptiest), and the lowest-numbered
-GPU that fits for ``first-fit``.
+(fill holes first), worst fit for ``spread`` (an empty GPU first, else the emptiest), the lowest-numbered GPU
+that fits for ``first-fit``, and the least growth of fragmentation for ``fgd``.
 
 A gang runs on one GPU type; among the types a job accepts, the first (in cluster order) that can hold it is
 used. Every function returns ``None`` when the job does not fit now: that is an answer, not an error.
@@ -25,6 +28,7 @@ from enum import StrEnum
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
 from corral.core.placement import Placement
+from corral.policies.fragmentation import FragmentationScorer
 from corral.policies.planner import Planner
 
 
@@ -33,17 +37,31 @@ class PlacementStrategy(StrEnum):
     STRICT = "strict"
     SPREAD = "spread"
     FIRST_FIT = "first-fit"
+    FRAGMENTATION = "fgd"
 
 
-def place(planner: Planner, spec: JobSpec, strategy: PlacementStrategy, types: tuple[int, ...]) -> Placement | None:
-    """Find GPUs for ``spec`` among GPU types ``types`` and take them in ``planner``; ``None`` if none fit."""
+def place(
+    planner: Planner,
+    spec: JobSpec,
+    strategy: PlacementStrategy,
+    types: tuple[int, ...],
+    scorer: FragmentationScorer | None = None,
+) -> Placement | None:
+    """Find GPUs for ``spec`` among GPU types ``types`` and take them in ``planner``; ``None`` if none fit.
+
+    ``scorer`` is what ``fgd`` weighs fragmentation with: the policy keeps one per run and feeds it every
+    submitted job. Without one, ``fgd`` knows no request shapes, every candidate scores 0, and the choice falls
+    to its tie-breaks (best fit); callers that sample every strategy (tests, planning helpers such as
+    ``preemption.place_by_preempting``) rely on that rather than on an error."""
+    if strategy is PlacementStrategy.FRAGMENTATION and spec.num_gpus == 1:
+        return _place_fgd(planner, spec, types, scorer if scorer is not None else FragmentationScorer())
     if spec.gpu_milli < FULL_GPU_MILLI:
         return _place_fraction(planner, spec, strategy, types)
     n = spec.num_gpus
     fits = [t for t in types if planner.type_free(t) >= n]
     if not fits:
         return None
-    if strategy is PlacementStrategy.CONSOLIDATED:
+    if strategy is PlacementStrategy.CONSOLIDATED or strategy is PlacementStrategy.FRAGMENTATION:
         gpus = _consolidated(planner, n, fits)
     elif strategy is PlacementStrategy.STRICT:
         gpus = _consolidated(planner, n, fits)
@@ -211,3 +229,14 @@ def _place_fraction(
     if best is None:
         return None
     return planner.take(spec, [best[1]])
+
+
+def _place_fgd(
+    planner: Planner, spec: JobSpec, types: tuple[int, ...], scorer: FragmentationScorer
+) -> Placement | None:
+    if spec.gpu_milli < FULL_GPU_MILLI:
+        gpu = scorer.choose_gpu(planner, spec, types)
+        return None if gpu is None else planner.take(spec, [gpu])
+    node = scorer.choose_node(planner, spec, types)
+    # Any free GPU of the node scores the same; take it as consolidated would (the tightest PCIe switch).
+    return None if node is None else planner.take(spec, _pick_on_node(planner, node, 1))
