@@ -22,6 +22,17 @@ class JobFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class DemandChanged:
+    """A running job's resource demand (GPU memory, SM use) changed in the middle of its run: the simulator's
+    model of a job whose footprint varies over its life. ``run_epoch`` ties it to one launch, like
+    :class:`JobFinished`; the executor says whether it is still current."""
+
+    job_id: str
+    run_epoch: int
+    priority: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobSubmitted:
     job: JobSpec
     priority: ClassVar[int] = 1
@@ -35,4 +46,4 @@ class TimerFired:
     priority: ClassVar[int] = 2
 
 
-Event = JobFinished | JobSubmitted | TimerFired
+Event = JobFinished | DemandChanged | JobSubmitted | TimerFired

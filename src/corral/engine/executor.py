@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from corral.core.events import Event, JobFinished
+from corral.core.events import DemandChanged, Event, JobFinished
 from corral.core.job import JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
@@ -62,7 +62,12 @@ class Executor(Protocol):
         """``job`` completed and released its GPUs; forget anything held for it."""
         ...
 
-    def is_current(self, event: JobFinished) -> bool:
+    def demand_changed(self, job: JobStatus, now_s: float) -> None:
+        """A ``DemandChanged`` this executor scheduled for the running ``job`` came due (and is current): apply
+        it. Only an executor that models demand (the simulator's) schedules these."""
+        ...
+
+    def is_current(self, event: JobFinished | DemandChanged) -> bool:
         """Is this completion (of the job's current run) still the executor's word, or was it superseded by a
         later prediction? Only asked for a RUNNING job whose run epoch matches the event."""
         ...

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, Upgrade
 from corral.core.errors import InvariantViolation, JobSpecError
-from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
+from corral.core.events import DemandChanged, Event, JobFinished, JobSubmitted, TimerFired
 from corral.core.job import JobPhase, JobSpec
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
@@ -153,6 +153,15 @@ class Engine:
             self.executor.finished(job, now)
             self.policy.on_job_changed(job, now)
             return True
+        if type(event) is DemandChanged:
+            job = self.state.job(event.job_id)
+            if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
+                return False
+            if not self.executor.is_current(event):
+                return False
+            self.executor.demand_changed(job, now)
+            # News only to a policy that reads telemetry: others see nothing new, so no round for them.
+            return self.policy.needs_telemetry
         if type(event) is JobSubmitted:
             spec = event.job
             self.submitted += 1

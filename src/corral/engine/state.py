@@ -337,13 +337,14 @@ class ClusterState:
             )
         except JobSpecError as err:
             raise InvariantViolation(f"cannot resize job {job_id!r}: {err}") from None
-        self._give_back(job, before)
-        try:
-            self._check_placement(job, after)
-        except InvariantViolation:
-            self._take(job, before)  # put it back as it was: a refused change changes nothing
-            raise
-        self._take(job, after)
+        # Checked against what the GPUs would have without the job, then applied as a change of amounts only, so
+        # that neither a refusal nor a success reorders any index.
+        self._check_placement(job, after, credit=before)
+        mem_delta = _mem_given(job.spec, after) - _mem_given(job.spec, before)
+        milli_delta = after.gpu_milli - before.gpu_milli if after.opportunistic else 0
+        for g in after.gpus:
+            self._gpu_free_mem[g] -= mem_delta
+            self._gpu_opp_milli[g] += milli_delta
         job.placement = after
         return before
 
@@ -357,17 +358,14 @@ class ClusterState:
             raise InvariantViolation(f"cannot upgrade job {job_id!r}: it is not running opportunistically")
         if placement.opportunistic:
             raise InvariantViolation(f"cannot upgrade job {job_id!r} to an opportunistic placement")
+        self._check_placement(job, placement, credit=before, job_class=JobClass.GUARANTEED)
+        self._tenant_tick(job.spec.tenant, now_s)
+        self._measure(before, job.telemetry, -1)  # its measured use moves with it
         self._give_back(job, before)
         job.upgraded = True
-        try:
-            self._check_placement(job, placement)
-        except InvariantViolation:
-            job.upgraded = False
-            self._take(job, before)
-            raise
-        self._tenant_tick(job.spec.tenant, now_s)
         held = self._take(job, placement)
         job.placement = placement
+        self._measure(placement, job.telemetry, +1)
         self._account(now_s, held)
         return before
 
@@ -469,16 +467,29 @@ class ClusterState:
         if not group:
             del self._groups[shape]
 
-    def _check_placement(self, job: JobStatus, placement: Placement) -> None:
-        """Can ``job`` hold ``placement`` now (its own current holdings already given back)?"""
+    def _check_placement(
+        self,
+        job: JobStatus,
+        placement: Placement,
+        *,
+        credit: Placement | None = None,
+        job_class: JobClass | None = None,
+    ) -> None:
+        """Can ``job`` (of class ``job_class``, default its own) hold ``placement`` now, counting what it holds in
+        ``credit`` (its current placement, for a change in place) as free?"""
         topo = self._topo
         spec = job.spec
+        cls = job.job_class if job_class is None else job_class
+        own = set(credit.gpus) if credit is not None else ()
+        own_mem = _mem_given(spec, credit) if credit is not None else 0
+        own_opp = credit.gpu_milli if credit is not None and credit.opportunistic else 0
+        own_alloc = credit.gpu_milli if credit is not None and not credit.opportunistic else 0
         if placement.num_gpus != spec.num_gpus:
             raise InvariantViolation(
                 f"gang: job {spec.job_id!r} needs {spec.num_gpus} GPUs, placement has {placement.num_gpus}"
             )
         opportunistic = placement.opportunistic
-        if opportunistic and job.job_class is not JobClass.OPPORTUNISTIC:
+        if opportunistic and cls is not JobClass.OPPORTUNISTIC:
             raise InvariantViolation(f"job {spec.job_id!r} is guaranteed: it cannot run opportunistically")
         # A whole-GPU job may run packed at a smaller share (Placement checks 0 < share <= 1000); a fractional
         # job's share is what its trace measured, so it gets exactly that. An opportunistic job's share is a cap
@@ -499,33 +510,38 @@ class ClusterState:
         for g in placement.gpus:
             if not 0 <= g < topo.num_gpus:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
+            mine = g in own
             if opportunistic:
-                if self._gpu_opp_milli[g] + placement.gpu_milli > FULL_GPU_MILLI:
+                left = FULL_GPU_MILLI - self._gpu_opp_milli[g] + (own_opp if mine else 0)
+                if left < placement.gpu_milli:
                     raise InvariantViolation(
-                        f"GPU {g} has {FULL_GPU_MILLI - self._gpu_opp_milli[g]} milli of opportunistic share left, "
-                        f"job {spec.job_id!r} wants {placement.gpu_milli}"
+                        f"GPU {g} has {left} milli of opportunistic share left, job {spec.job_id!r} wants "
+                        f"{placement.gpu_milli}"
                     )
-            elif self._gpu_free_milli[g] < placement.gpu_milli:
-                raise InvariantViolation(
-                    f"GPU {g} has {self._gpu_free_milli[g]} milli free, job {spec.job_id!r} wants {placement.gpu_milli}"
-                )
-            if self._gpu_free_mem[g] < mem:
-                raise InvariantViolation(
-                    f"GPU {g} has {self._gpu_free_mem[g]} MiB free, job {spec.job_id!r} wants {mem} MiB"
-                )
+            else:
+                free = self._gpu_free_milli[g] + (own_alloc if mine else 0)
+                if free < placement.gpu_milli:
+                    raise InvariantViolation(
+                        f"GPU {g} has {free} milli free, job {spec.job_id!r} wants {placement.gpu_milli}"
+                    )
+            free_mem = self._gpu_free_mem[g] + (own_mem if mine else 0)
+            if free_mem < mem:
+                raise InvariantViolation(f"GPU {g} has {free_mem} MiB free, job {spec.job_id!r} wants {mem} MiB")
             if allowed is not None and topo.gpu_type[g] not in allowed:
                 raise InvariantViolation(
                     f"job {spec.job_id!r} may only use GPU types {spec.gpu_types}, GPU {g} is "
                     f"{topo.type_names[topo.gpu_type[g]]}"
                 )
-        if not opportunistic and job.job_class is JobClass.GUARANTEED:
-            self._check_quota(spec, spec.num_gpus * placement.gpu_milli)
+        if not opportunistic and cls is JobClass.GUARANTEED:
+            held = spec.num_gpus * own_alloc if job.job_class is JobClass.GUARANTEED else 0
+            self._check_quota(spec, spec.num_gpus * placement.gpu_milli, held)
 
-    def _check_quota(self, spec: JobSpec, milli: int) -> None:
+    def _check_quota(self, spec: JobSpec, milli: int, held: int = 0) -> None:
+        """Would ``milli`` more guaranteed share (the job already holding ``held`` of its tenant's) fit the quota?"""
         tenant = self._tenants.get(spec.tenant)
         if tenant is None or tenant.quota_gpus is None:
             return
-        used = self._guaranteed_milli.get(spec.tenant, 0)
+        used = self._guaranteed_milli.get(spec.tenant, 0) - held
         if used + milli > tenant.quota_gpus * FULL_GPU_MILLI:
             raise InvariantViolation(
                 f"quota: tenant {spec.tenant!r} holds {used / 1000:g} of {tenant.quota_gpus} guaranteed GPUs, "

@@ -32,13 +32,13 @@ from collections.abc import Iterable
 
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation
-from corral.core.events import JobFinished
+from corral.core.events import DemandChanged, JobFinished
 from corral.core.job import JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.executor import EventSink
 from corral.sim.perf import PerfModel
-from corral.sim.sharing import Profile, activity, pair_slowdown, spill_rate
+from corral.sim.sharing import Profile, activity, demand_change, pair_slowdown, scaled, spill_rate
 
 _PAUSED_STEP_FACTOR = 1e6  # a paused job's reported step time: its solo time x this (telemetry needs a number)
 
@@ -49,6 +49,7 @@ class _Run:
     __slots__ = (
         "activity",
         "base_rate",
+        "demand_event",
         "done_s",
         "epoch",
         "event",
@@ -62,6 +63,7 @@ class _Run:
         "spec",
         "spill",
         "start_s",
+        "switch",
     )
 
     def __init__(
@@ -82,6 +84,8 @@ class _Run:
         self.packed = False
         self.activity = 1.0
         self.spill = 1.0
+        self.switch: tuple[float, float] | None = None  # (work done at which demand changes, factor)
+        self.demand_event: DemandChanged | None = None
 
     def seat(self, placement: Placement, spill_penalty: float) -> None:
         """Take ``placement``'s share and caps into account (its own throttles; partners are the executor's)."""
@@ -141,7 +145,8 @@ class SimExecutor:
         self._sink: EventSink | None = None
         self._runs: dict[str, _Run] = {}
         self._jobs_on: dict[int, dict[str, None]] = {}  # GPU -> running jobs on it (only GPUs that have some)
-        self._pairs: dict[tuple[str, str, int], tuple[float, float]] = {}  # (a, b, GPU type) -> full rates
+        # (a, b, GPU type, packed pair?) -> full-activity rates; a job's entries go when it stops.
+        self._pairs: dict[tuple[str, str, int, bool], tuple[float, float]] = {}
         # Measured use: per GPU (only GPUs in use), the cluster sums, their integrals and change points.
         self._gpu_sm: dict[int, float] = {}
         self._gpu_mem: dict[int, float] = {}
@@ -166,8 +171,18 @@ class SimExecutor:
             raise InvariantViolation(f"cannot simulate job {spec.job_id!r} without a duration and a placement")
         start = now_s + self._startup_s(job, placement)
         profile = self.perf.profile(spec, placement.gpus[0])
+        model = self.perf.model
+        change = demand_change(spec.job_id, model.seed, model.demand_variation)
+        switch = None
+        if change is not None:
+            at = change[0] * spec.duration_s
+            if job.work_done_s >= at:  # changed in an earlier run
+                profile = scaled(profile, change[1], self.perf.topo.gpu_mem_mib[placement.gpus[0]])
+            else:
+                switch = (at, change[1])
         run = _Run(spec, placement, job.run_epoch, start, job.work_done_s, self.perf.rate(spec, placement), profile)
-        run.seat(placement, self.perf.model.spill_penalty)
+        run.switch = switch
+        run.seat(placement, model.spill_penalty)
         self._runs[spec.job_id] = run
         self._enter(run, now_s)
 
@@ -213,9 +228,34 @@ class SimExecutor:
             run.settle(now_s)
             self._leave(run, now_s)
 
-    def is_current(self, event: JobFinished) -> bool:
+    def demand_changed(self, job: JobStatus, now_s: float) -> None:
+        run = self._runs[job.spec.job_id]
+        assert run.switch is not None
+        run.settle(now_s)
+        factor = run.switch[1]
+        run.switch = None
+        run.demand_event = None
+        run.profile = scaled(run.profile, factor, self.perf.topo.gpu_mem_mib[run.placement.gpus[0]])
+        run.seat(run.placement, self.perf.model.spill_penalty)
+        partners = self._partners(run)
+        self._forget_pairs(run, partners)  # modelled pair rates depend on the profiles
+        self._rerate([run.spec.job_id], now_s, force=True)
+        self._rerate(partners, now_s)
+
+    def _forget_pairs(self, run: _Run, partners: list[str]) -> None:
+        job_id = run.spec.job_id
+        types = {self.perf.topo.gpu_type[g] for g in run.placement.gpus}
+        for other in partners:
+            a, b = (job_id, other) if job_id <= other else (other, job_id)
+            for t in types:
+                self._pairs.pop((a, b, t, True), None)
+                self._pairs.pop((a, b, t, False), None)
+
+    def is_current(self, event: JobFinished | DemandChanged) -> bool:
         run = self._runs.get(event.job_id)
-        return run is not None and run.event is event
+        if run is None:
+            return False
+        return run.event is event if type(event) is JobFinished else run.demand_event is event
 
     # -- measured use -----------------------------------------------------------------------------------------
     def usage_areas(self, until_s: float) -> tuple[float, float]:
@@ -243,6 +283,7 @@ class SimExecutor:
         """``run`` stops holding its GPUs: the jobs it interacted with speed up."""
         job_id = run.spec.job_id
         partners = self._partners(run)
+        self._forget_pairs(run, partners)
         for g in run.placement.gpus:
             on = self._jobs_on[g]
             del on[job_id]
@@ -263,20 +304,24 @@ class SimExecutor:
         assert self._sink is not None and run.spec.duration_s is not None
         rate = run.base_rate * run.factor
         if rate <= 0:
-            run.event = None
+            run.event = run.demand_event = None
             return
         remaining = max(0.0, run.spec.duration_s - run.done_s)
         run.event = JobFinished(run.spec.job_id, run.epoch)
         self._sink.schedule(run.start_s + remaining / rate, run.event)
+        if run.switch is not None:
+            run.demand_event = DemandChanged(run.spec.job_id, run.epoch)
+            self._sink.schedule(run.start_s + max(0.0, run.switch[0] - run.done_s) / rate, run.demand_event)
 
     def _full_rates(self, a: _Run, b: _Run, gpu: int) -> tuple[float, float]:
         """Full-activity rates of ``a`` and ``b`` together on ``gpu`` (cached per pair and GPU type)."""
         ida, idb = a.spec.job_id, b.spec.job_id
         t = self.perf.topo.gpu_type[gpu]
-        key = (ida, idb, t) if ida <= idb else (idb, ida, t)
+        packed = a.packed and b.packed
+        key = (ida, idb, t, packed) if ida <= idb else (idb, ida, t, packed)
         rates = self._pairs.get(key)
         if rates is None:
-            if a.packed and b.packed:  # Gandiva's packing: the table a packing policy predicts from
+            if packed:  # Gandiva's packing: the table a packing policy predicts from
                 rates = self.perf.pair_rates(a.spec, b.spec, gpu)
             else:
                 rates = self.perf.sharing_rates(a.spec, a.profile, b.spec, b.profile, gpu)

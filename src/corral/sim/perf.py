@@ -76,6 +76,9 @@ class PerfModel:
     bandwidth_kappa: float = field(
         default=0.3, metadata={"help": "speed lost per unit of a partner's memory-bandwidth use (sim.sharing)"}
     )
+    demand_variation: float = field(
+        default=0.3, metadata={"help": "each job's SM/memory demand changes once mid-run by U(1-v, 1+v) (sim.sharing)"}
+    )
     spill_penalty: float = field(
         default=2.0, metadata={"help": "slowdown per fraction of a job's memory spilled to host (sim.sharing)"}
     )
@@ -91,7 +94,7 @@ class PerfModel:
                 raise ConfigError(f"perf model: {name} must be finite and >= 0, got {value}")
         if not 0 <= self.interference_noise < 1:
             raise ConfigError(f"perf model: interference_noise must be in [0, 1), got {self.interference_noise}")
-        for name in ("usage_spread", "bandwidth_kappa"):
+        for name in ("usage_spread", "bandwidth_kappa", "demand_variation"):
             value = getattr(self, name)
             if not 0 <= value < 1:
                 raise ConfigError(f"perf model: {name} must be in [0, 1), got {value}")

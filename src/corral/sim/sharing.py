@@ -17,6 +17,12 @@ memory-bandwidth fraction when alone, and its solo mini-batch time. Two adjustme
 The solo mini-batch time is Gavel's measured isolated throughput of the model's job type on the GPU's Gavel type
 (``1 / steps per second``; ``corral.policies.colocation``), else 0.25 s; divided by the GPU type's speed.
 
+*Demand over a job's life* (:func:`demand_change`): with ``demand_variation`` v > 0, each job's SM use and
+memory need change once, when its progress reaches a point drawn uniformly in [20%, 80%] of its work, by a factor
+drawn uniformly in ``[1 - v, 1 + v]`` (capped at the GPU). Real jobs change phase (evaluation passes, a larger
+batch or sequence length later in training, a second model); one step per job is the simplest change that makes
+a coordinator re-read its telemetry rather than trust the first reading. The draws are keyed by the job id.
+
 **Co-location** (:func:`pair_slowdown`): two jobs on one GPU each run at a *full-activity pair rate*: Gavel's
 measured normalised rates when both models map to Gavel job types measured together on that GPU type; otherwise a
 documented model from the profiles: when their SM demands add up to more than the GPU (``u_a + u_b > 1``) they
@@ -37,7 +43,7 @@ assumption, configurable in the performance model.
 
 from __future__ import annotations
 
-import random
+import hashlib
 from dataclasses import dataclass
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
@@ -59,12 +65,38 @@ class Profile:
     traits: ModelTraits
 
 
+def _uniform(what: str, job_id: str, seed: int) -> float:
+    """A uniform draw in [0, 1) keyed by ``what``, the job id and the seed: the same on every run and platform, and
+    cheaper than seeding a generator per job."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=f"{what}:{seed}".encode()).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
 def usage_factor(job_id: str, seed: int, spread: float) -> float:
     """The job's production-usage factor in ``[1 - spread, 1]`` (1.0 when ``spread`` is 0): one draw per job."""
     if spread <= 0:
         return 1.0
-    # A string seed is hashed with SHA-512 by `random`: the same on every run and platform.
-    return random.Random(f"usage:{seed}:{job_id}").uniform(1.0 - spread, 1.0)
+    return 1.0 - spread * _uniform("usage", job_id, seed)
+
+
+def demand_change(job_id: str, seed: int, variation: float) -> tuple[float, float] | None:
+    """``(fraction of the work at which the demand changes, factor)``, or None when ``variation`` is 0."""
+    if variation <= 0:
+        return None
+    at = 0.2 + 0.6 * _uniform("demand-at", job_id, seed)
+    return at, 1.0 - variation + 2.0 * variation * _uniform("demand-by", job_id, seed)
+
+
+def scaled(profile: Profile, factor: float, gpu_mem_mib: int) -> Profile:
+    """``profile`` with its SM use and memory need times ``factor`` (within the GPU)."""
+    return Profile(
+        sm_util=min(1.0, profile.sm_util * factor),
+        mem_need_mib=max(1, min(gpu_mem_mib, round(profile.mem_need_mib * factor))),
+        mem_mean_frac=profile.mem_mean_frac,
+        mem_bw=min(1.0, profile.mem_bw * factor),
+        solo_step_s=profile.solo_step_s,
+        traits=profile.traits,
+    )
 
 
 def job_profile(
