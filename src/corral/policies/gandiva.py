@@ -483,6 +483,10 @@ class GandivaPolicy(BasePolicy):
             if cfg.packing and self._partner_from_queue(rnd, job, placement, cfg):
                 continue
             planner.release(job)
+            if not planner.can_take(job.spec, placement.gpus, FULL_GPU_MILLI):
+                # A whole share would take the tenant over its quota (the packed job held half): stay at half.
+                planner.take_share(job.spec, placement.gpus, placement.gpu_milli)
+                continue
             whole = planner.take_share(job.spec, placement.gpus, FULL_GPU_MILLI)
             rnd.actions.append(Preempt(job_id, "gandiva: alone again, back to a whole share", suspend=True))
             rnd.launch(job, whole, waiting=False)
