@@ -1,0 +1,905 @@
+"""AntMan (Xiao et al., OSDI'20): guaranteed jobs within tenants' quotas, opportunistic jobs on what they leave.
+
+This module is AntMan's global scheduler (§4); :mod:`corral.policies.coordinator` is its local coordinator
+(§3.3), which this policy runs on the GPUs where something changed. ``docs/policies/antman.md`` says what differs
+from the paper. The rules:
+
+- **Guaranteed jobs** (§4; ``JobView.job_class`` GUARANTEED, upgraded jobs included) are admitted within their
+  tenant's quota (a tenant without a quota has no cap), from one queue per tenant, first come first served
+  within a tenant: a tenant's queue stops at its first job that does not fit (its quota or the free GPUs), and
+  the other tenants go on. Across tenants the order is fair: the tenant holding the least of its quota
+  (held / quota) goes first, ties by name; tenants without a quota come after, the oldest head-of-line job
+  first. They get ordinary placements (whole GPUs, or their share of one for fractional jobs) by ``placement``;
+  the memory reserved for them is their expected need (:func:`~corral.policies.coordinator.expected_mem_mib`)
+  until they have measured it.
+- **Reclaim** (§4: opportunistic jobs give way to guaranteed ones; §3's dynamic scaling and §3.3's coordinator let
+  them shrink in place rather than be killed): when an ordinary placement lands on GPUs where opportunistic jobs
+  run, the same decision first shrinks them, before the ``Launch``: their memory caps to what is left (oldest keep
+  theirs first) and, with the coordinator, their compute shares to ``start_milli`` (the coordinator grows them back
+  if the guaranteed job does not suffer). One that would keep less than ``min_mem_fraction`` of its need is
+  suspended instead (``reclaim=preempt``: every opportunistic job there is). A guaranteed job is never shrunk or
+  preempted for an opportunistic one.
+- **Opportunistic jobs** (§4) wait in one queue, first come first served, and run on spare capacity found by
+  *measured* use, not allocation: GPUs whose measured SM use (``ClusterView.gpu_sm_used``; an idle GPU uses 0)
+  is at most ``max_sm_used``, that hold fewer than ``max_opportunistic_per_gpu`` opportunistic jobs and whose
+  unreserved memory holds ``min_mem_fraction`` of the job's need, least used first. A gang prefers one node: the
+  candidates are examined least used first, and the first node with enough of them wins; after ``scan_gpus`` +
+  2 x the gang's size candidates without one, the least used candidates anywhere are taken. The initial memory
+  cap is the need, or what is free less ``mem_margin_mib`` beside guaranteed jobs; the initial share is the full
+  request on a GPU no one holds, else ``start_milli``.
+- **Upgrades** (§4: an opportunistic job becomes a resource-guarantee one once its tenant's quota has room): each
+  round, in the same fair order across tenants (with a quota), oldest first, running opportunistic jobs whose
+  tenant's quota has room for them become guaranteed (``Upgrade``): in place when their GPUs have the allocation
+  free, else on free GPUs found by ``placement`` (a migration). Then pending opportunistic jobs of such tenants:
+  launched on an ordinary placement and upgraded in the same decision. A tenant whose guaranteed queue stopped this
+  round gets no upgrade (its own guaranteed jobs come first). At most ``max_upgrades`` per round.
+- **Coordinator** (§3.3): see :mod:`corral.policies.coordinator`. ``coordinator=false`` is the "packing without
+  the coordinator" comparison point: opportunistic jobs keep the share and memory cap they were placed with
+  (only a reclaim shrinks them), and reservations are never re-sized.
+- ``opportunistic=false`` is the "exclusive allocation" comparison point: opportunistic jobs are placed like
+  guaranteed ones on ordinary placements, outside any quota, after every tenant's guaranteed jobs, first come
+  first served (a job that does not fit skips every job of its kind that cannot fit either); nobody preempts them.
+
+Cost: the policy keeps its own indexes, updated in :meth:`AntManPolicy.on_job_changed`: guaranteed pending jobs
+per tenant, opportunistic pending jobs by shape (size, share, GPU types, memory; one failure skips every job of
+the shape that cannot fit either), running opportunistic jobs per tenant, and, per GPU type, the GPUs open to an
+opportunistic job sorted by measured SM use. Only GPUs marked changed (a job came or went, telemetry arrived)
+or jobs due a coordinator check are examined in a round, never all GPUs or all jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sortedcontainers import SortedList
+
+from corral.core.cluster import Topology
+from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, Upgrade
+from corral.core.errors import ConfigError
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
+from corral.core.placement import Placement
+from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
+from corral.policies.coordinator import (
+    CoordinatorConfig,
+    GpuSnapshot,
+    Guest,
+    Holder,
+    LocalCoordinator,
+    Plan,
+    Snapshot,
+    expected_mem_mib,
+)
+from corral.policies.placement import PlacementStrategy, place
+from corral.policies.planner import Planner
+from corral.policies.registry import register_policy
+from corral.policies.view import ClusterView
+
+# (whole, GPU types, memory) -> the kind of a pending opportunistic job; with its size, its shape. A job of a kind
+# cannot fit where a smaller one of the same kind did not (see corral.policies.queue).
+_Kind = tuple[bool, tuple[str, ...], int | None]
+_Shape = tuple[bool, tuple[str, ...], int | None, int]
+_Entry = tuple[float, int, str]  # (submission time, arrival number, job): FIFO order
+
+
+class Reclaim(StrEnum):
+    SHRINK = "shrink"  # shrink the opportunistic jobs' memory and share; suspend those left too little memory
+    PREEMPT = "preempt"  # suspend every opportunistic job on the GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class AntManConfig(PolicyConfig):
+    placement: PlacementStrategy = option(
+        PlacementStrategy.CONSOLIDATED,
+        "where ordinary placements go: consolidated (fewest nodes, best fit), strict (fewest possible nodes or "
+        "wait), spread (one per node), first-fit",
+    )
+    opportunistic: bool = option(
+        True, "run opportunistic jobs on spare capacity (false: exclusive allocation outside quotas, to compare)"
+    )
+    coordinator: bool = option(
+        True, "run the local coordinator (false: packing with shares and memory fixed at placement, to compare)"
+    )
+    reclaim: Reclaim = option(
+        Reclaim.SHRINK,
+        "when a guaranteed job lands on an opportunistic job: shrink (memory and share; suspend if too little "
+        "memory is left) or preempt (suspend it)",
+    )
+    max_sm_used: float = option(0.8, "an opportunistic job goes only to GPUs whose measured SM use is at most this")
+    max_opportunistic_per_gpu: int = option(1, "most opportunistic jobs on one GPU")
+    min_mem_fraction: float = option(
+        0.5, "an opportunistic job needs at least this fraction of its GPU memory need, or it is suspended"
+    )
+    start_milli: int = option(100, "compute share (milli-GPU) an opportunistic job starts at beside guaranteed jobs")
+    slowdown_threshold: float = option(0.05, "a guaranteed job slowed by more than this shrinks its neighbours")
+    decrease_factor: float = option(0.5, "multiplicative decrease of an interfering opportunistic job's share")
+    increase_milli: int = option(100, "additive increase of an opportunistic job's share per control interval")
+    control_interval_s: float = option(10.0, "seconds between the coordinator's increases")
+    mem_margin_mib: int = option(512, "GPU memory (MiB) kept above a guaranteed job's measured peak")
+    max_upgrades: int = option(16, "most opportunistic jobs upgraded to guaranteed per round")
+    scan_gpus: int = option(64, "candidate GPUs examined per opportunistic placement, besides 2 x its size")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_sm_used <= 1:
+            raise ConfigError(f"antman: max_sm_used must be in [0, 1], got {self.max_sm_used}")
+        if self.max_opportunistic_per_gpu < 1:
+            raise ConfigError(f"antman: max_opportunistic_per_gpu must be >= 1, got {self.max_opportunistic_per_gpu}")
+        if not 1 <= self.start_milli <= FULL_GPU_MILLI:
+            raise ConfigError(f"antman: start_milli must be in 1..1000, got {self.start_milli}")
+        if self.max_upgrades < 0:
+            raise ConfigError(f"antman: max_upgrades must be >= 0, got {self.max_upgrades}")
+        if self.scan_gpus < 1:
+            raise ConfigError(f"antman: scan_gpus must be >= 1, got {self.scan_gpus}")
+        try:
+            self.coordinator_config()
+        except ConfigError as err:
+            raise ConfigError(f"antman: {str(err).removeprefix('coordinator: ')}") from None
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        return CoordinatorConfig(
+            slowdown_threshold=self.slowdown_threshold,
+            decrease_factor=self.decrease_factor,
+            increase_milli=self.increase_milli,
+            control_interval_s=self.control_interval_s,
+            mem_margin_mib=self.mem_margin_mib,
+            min_mem_fraction=self.min_mem_fraction,
+        )
+
+
+def _given(spec: JobSpec, placement: Placement) -> int:
+    """GPU memory a placement gives its job on each GPU (as the engine's state counts it)."""
+    return placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
+
+
+class _Planner(Planner):
+    """The allocation layer's planner. Opportunistic jobs' memory counts as free here: an ordinary placement
+    takes it back (reclaim), so ``gpu_free_mem_mib`` is the GPU's memory less the ordinary reservations."""
+
+    __slots__ = ()
+
+    def gpu_free_mem_mib(self, gpu: int) -> int:
+        got = self._gpu_mem.get(gpu)
+        if got is not None:
+            return got
+        view = self.view
+        guests = 0
+        for job_id in view.gpu_opportunistic_jobs(gpu):
+            job = view.job(job_id)
+            assert job.placement is not None
+            guests += _given(job.spec, job.placement)
+        return view.gpu_free_mem_mib(gpu) + guests
+
+    def charge(self, tenant: str, milli: int) -> None:
+        """Count ``milli`` more against ``tenant``'s quota (an upgrade: ``take`` charges guaranteed specs only)."""
+        self._tenant[tenant] = self.tenant_guaranteed_milli(tenant) + milli
+
+
+class _Round:
+    """What one round has planned: the allocation layer (the planner) and the opportunistic layer on top."""
+
+    __slots__ = (
+        "caps",
+        "evict",
+        "gone",
+        "new_guests",
+        "now_s",
+        "on_gpu",
+        "ordinary",
+        "planner",
+        "reserve",
+        "shares",
+        "started",
+        "stopped",
+        "touched",
+        "upgraded",
+        "view",
+        "why",
+    )
+
+    def __init__(self, view: ClusterView, now_s: float) -> None:
+        self.view = view
+        self.now_s = now_s
+        self.planner = _Planner(view)
+        self.caps: dict[str, int] = {}  # running opportunistic job -> planned memory cap
+        self.shares: dict[str, int] = {}  # running opportunistic job -> planned share cap
+        self.reserve: dict[str, int] = {}  # running holder -> planned memory reservation
+        self.evict: dict[str, str] = {}  # running opportunistic job to suspend -> why
+        self.gone: set[str] = set()  # opportunistic jobs leaving that layer this round (suspended, upgraded)
+        self.upgraded: set[str] = set()  # of which upgraded
+        self.new_guests: dict[str, Placement] = {}  # opportunistic launches, in plan order
+        self.on_gpu: dict[int, list[str]] = {}  # GPU -> its opportunistic jobs as planned (copied on write)
+        self.touched: set[int] = set()  # GPUs given an ordinary placement this round
+        self.ordinary: list[Action] = []  # launches and upgrades onto ordinary placements, in plan order
+        self.why: dict[str, str] = {}  # reasons of resizes
+        self.stopped: set[str] = set()  # tenants whose guaranteed queue stopped this round
+        self.started: set[str] = set()  # pending jobs given a placement this round
+
+    # -- the opportunistic layer as planned -------------------------------------------------------------------
+    def guests_on(self, g: int) -> list[str]:
+        got = self.on_gpu.get(g)
+        return list(self.view.gpu_opportunistic_jobs(g)) if got is None else got
+
+    def guest_placement(self, x: str) -> Placement:
+        new = self.new_guests.get(x)
+        if new is not None:
+            return new
+        p = self.view.job(x).placement
+        assert p is not None
+        return p
+
+    def cap(self, x: str) -> int:
+        got = self.caps.get(x)
+        if got is not None:
+            return got
+        p = self.guest_placement(x)
+        return _given(self.view.job(x).spec, p)
+
+    def share(self, x: str) -> int:
+        got = self.shares.get(x)
+        return self.guest_placement(x).gpu_milli if got is None else got
+
+    def guest_free(self, g: int) -> int:
+        """Memory on ``g`` given to no one, as planned."""
+        return self.planner.gpu_free_mem_mib(g) - sum(self.cap(x) for x in self.guests_on(g))
+
+    def guest_milli(self, g: int) -> int:
+        return sum(self.share(x) for x in self.guests_on(g))
+
+    def held(self, g: int) -> bool:
+        """Does anyone hold an allocation on ``g`` (now or as planned)?"""
+        return self.planner.gpu_free_milli(g) < FULL_GPU_MILLI
+
+    def set_guest(self, x: str, share: int | None = None, cap: int | None = None) -> None:
+        new = self.new_guests.get(x)
+        if new is not None:
+            self.new_guests[x] = Placement(
+                new.gpus,
+                new.gpu_milli if share is None else share,
+                new.mem_mib if cap is None else cap,
+                opportunistic=True,
+            )
+            return
+        if share is not None:
+            self.shares[x] = share
+        if cap is not None:
+            self.caps[x] = cap
+
+    def add_guest(self, x: str, placement: Placement) -> None:
+        self.new_guests[x] = placement
+        for g in placement.gpus:
+            self.on_gpu[g] = [*self.guests_on(g), x]
+
+    def drop_guest(self, x: str, reason: str | None) -> None:
+        """``x`` leaves the opportunistic layer: suspended (with ``reason``), or upgraded (``None``).
+
+        An upgraded job keeps the decreases planned for it before: an ordinary placement planned earlier in the
+        round may count on the memory they free, and its launch comes before the upgrade (see :meth:`actions`)."""
+        gpus = self.guest_placement(x).gpus
+        if self.new_guests.pop(x, None) is None:
+            self.gone.add(x)
+            if reason is None:
+                self.upgraded.add(x)
+            else:
+                self.evict[x] = reason
+                self.shares.pop(x, None)
+                self.caps.pop(x, None)
+        for g in gpus:
+            self.on_gpu[g] = [o for o in self.guests_on(g) if o != x]
+
+    def set_reservation(self, h: str, mem: int) -> None:
+        job = self.view.job(h)
+        assert job.placement is not None
+        old = self.reserve.get(h, _given(job.spec, job.placement))
+        for g in job.placement.gpus:
+            self.planner.add_memory(g, old - mem)
+        self.reserve[h] = mem
+
+    # -- the decision -----------------------------------------------------------------------------------------
+    def actions(self) -> tuple[Action, ...]:
+        """In an order the engine's state accepts step by step: what frees memory or share (suspensions, then
+        shrinking resizes) before what takes it (ordinary launches and upgrades, opportunistic launches, then
+        growing resizes). The round planned a state that fits; taking the frees first and growing towards it
+        afterwards never passes through one that does not."""
+        view = self.view
+        out: list[Action] = [Preempt(x, reason, suspend=True) for x, reason in self.evict.items()]
+        grow: list[Action] = []
+        for x in dict.fromkeys([*self.shares, *self.caps]):
+            if x in self.evict:
+                continue
+            job = view.job(x)
+            p = job.placement
+            assert p is not None
+            share, cap = self.share(x), self.cap(x)
+            old_cap = _given(job.spec, p)
+            why = self.why.get(x, "antman")
+            down = (share if share < p.gpu_milli else None, cap if cap < old_cap else None)
+            up = (share if share > p.gpu_milli else None, cap if cap > old_cap else None)
+            if down != (None, None):
+                out.append(Resize(x, down[0], down[1], why))
+            if up != (None, None) and x not in self.upgraded:
+                grow.append(Resize(x, up[0], up[1], why))
+        for h, mem in self.reserve.items():
+            job = view.job(h)
+            assert job.placement is not None
+            old = _given(job.spec, job.placement)
+            why = self.why.get(h, "antman")
+            if mem < old:
+                out.append(Resize(h, mem_mib=mem, reason=why))
+            elif mem > old:
+                grow.append(Resize(h, mem_mib=mem, reason=why))
+        out += self.ordinary
+        out += [Launch(x, p) for x, p in self.new_guests.items()]
+        out += grow
+        return tuple(out)
+
+
+def _fair_key(view: ClusterView, planner: Planner, tenant: str, head_submit_s: float) -> tuple[int, float, str]:
+    """Tenants with a quota first, the least served (held / quota) first; then the others, oldest head first."""
+    t = view.tenants.get(tenant)
+    quota = None if t is None else t.quota_gpus
+    if quota is None:
+        return (1, head_submit_s, tenant)
+    held = planner.tenant_guaranteed_milli(tenant)
+    return (0, held / (quota * FULL_GPU_MILLI) if quota else math.inf, tenant)
+
+
+@register_policy
+class AntManPolicy(BasePolicy):
+    name = "antman"
+    summary = "guaranteed jobs in quota, opportunistic jobs on spare GPU cycles and memory (AntMan, OSDI'20)"
+    Config = AntManConfig
+    needs_models = True
+    needs_telemetry = True
+
+    def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        cfg = self.config
+        assert isinstance(cfg, AntManConfig)
+        self.cfg = cfg
+        self.coordinator = LocalCoordinator(cfg.coordinator_config())
+        self._coordinating = cfg.coordinator and cfg.opportunistic
+        self._topo: Topology | None = None
+        self._seq = 0
+        self._arrival: dict[str, int] = {}  # job -> arrival number (FIFO ties), while not terminal
+        # Pending guaranteed jobs, per tenant, FIFO.
+        self._gq: dict[str, SortedList] = {}
+        self._gq_entry: dict[str, tuple[str, _Entry]] = {}
+        # Pending opportunistic jobs: by shape (the walk), and per tenant (upgrades at launch), FIFO.
+        self._oq: dict[_Shape, SortedList] = {}
+        self._oq_entry: dict[str, tuple[_Shape, _Entry, str | None]] = {}  # with its tenant, if it has a quota
+        self._oq_tenant: dict[str, SortedList] = {}
+        self._quota: dict[str, int | None] = {}  # tenant -> quota in milli-GPUs (None: no quota)
+        # Running opportunistic jobs per tenant, oldest first (upgrade candidates).
+        self._guests: dict[str, SortedList] = {}
+        self._guest_entry: dict[str, tuple[str, _Entry]] = {}
+        # Where each running job is, as last told (to know what it left).
+        self._placed: dict[str, Placement] = {}
+        # What changed since the last round: GPUs, holders or guests arriving/leaving, telemetry.
+        self._dirty: dict[int, None] = {}
+        self._holders_moved: dict[int, None] = {}
+        self._guests_moved: dict[int, None] = {}
+        self._noted: dict[str, None] = {}
+        # Per GPU type: GPUs open to an opportunistic job, as (measured SM milli, GPU).
+        self._open: list[SortedList] = []
+        self._open_key: dict[int, tuple[int, int]] = {}
+        self.counts: dict[str, int] = {"reclaim_shrink": 0, "reclaim_suspend": 0, "upgrade": 0, "evict": 0}
+
+    # -- hooks ------------------------------------------------------------------------------------------------
+    def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
+        self._bind(view)
+        return super().admit(view, spec)
+
+    def on_telemetry(self, job: JobView, now_s: float) -> None:
+        # Only take note (this may run while a decision is being applied): the next round reads it.
+        self._noted[job.spec.job_id] = None
+        if job.placement is not None:
+            self._dirty.update(dict.fromkeys(job.placement.gpus))
+
+    def on_job_changed(self, job: JobView, now_s: float) -> None:
+        spec = job.spec
+        job_id = spec.job_id
+        old = self._placed.pop(job_id, None)
+        new = job.placement if job.phase is JobPhase.RUNNING else None
+        if new is not None:
+            self._placed[job_id] = new
+        moved = old is None or new is None or old.gpus != new.gpus or old.opportunistic != new.opportunistic
+        for p in (old, new):
+            if p is not None:
+                for g in p.gpus:
+                    self._dirty[g] = None
+                    if moved:
+                        (self._guests_moved if p.opportunistic else self._holders_moved)[g] = None
+        was_guest = old is not None and old.opportunistic
+        is_guest = new is not None and new.opportunistic
+        if new is None or (was_guest and not is_guest):
+            self.coordinator.forget(job_id)
+        if was_guest and not is_guest:
+            self._unindex(self._guests, self._guest_entry, job_id)
+        if is_guest and not was_guest:
+            self._index(self._guests, self._guest_entry, spec.tenant, self._entry(job_id, spec))
+        if job.phase is JobPhase.PENDING:
+            if job_id not in self._gq_entry and job_id not in self._oq_entry:
+                self._enqueue(job)
+        else:
+            self._dequeue(job_id)
+            if job.phase.is_terminal:
+                self._arrival.pop(job_id, None)
+                self._noted.pop(job_id, None)
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        self._bind(view)
+        rnd = _Round(view, now_s)
+        self._absorb(view)
+        if self._coordinating:
+            self._coordinate(rnd)
+        if self._gq:
+            self._admit_guaranteed(rnd)
+        if self.cfg.opportunistic and self.cfg.max_upgrades and (self._guests or self._oq_tenant):
+            self._upgrade(rnd)
+        if self._oq:
+            self._place_waiting_opportunistic(rnd)
+        self._dirty.clear()
+        wake = self.coordinator.next_due_s() if self._coordinating else None
+        return Decision(rnd.actions(), wake_at_s=wake if wake is not None and wake > now_s else None)
+
+    # -- indexes ----------------------------------------------------------------------------------------------
+    def _bind(self, view: ClusterView) -> None:
+        if self._topo is not None:
+            return
+        topo = self._topo = view.topology
+        self._quota = {
+            name: None if t.quota_gpus is None else t.quota_gpus * FULL_GPU_MILLI for name, t in view.tenants.items()
+        }
+        self._open = [SortedList() for _ in topo.type_names]
+        for g in range(topo.num_gpus):
+            self._refresh(view, g)
+
+    def _entry(self, job_id: str, spec: JobSpec) -> _Entry:
+        seq = self._arrival.get(job_id)
+        if seq is None:
+            self._seq += 1
+            seq = self._arrival[job_id] = self._seq
+        return (spec.submit_s, seq, job_id)
+
+    @staticmethod
+    def _index(by: dict[str, SortedList], where: dict[str, tuple[str, _Entry]], key: str, entry: _Entry) -> None:
+        by.setdefault(key, SortedList()).add(entry)
+        where[entry[2]] = (key, entry)
+
+    @staticmethod
+    def _unindex(by: dict[str, SortedList], where: dict[str, tuple[str, _Entry]], job_id: str) -> None:
+        got = where.pop(job_id, None)
+        if got is None:
+            return
+        key, entry = got
+        items = by[key]
+        items.remove(entry)
+        if not items:
+            del by[key]
+
+    def _enqueue(self, job: JobView) -> None:
+        spec = job.spec
+        entry = self._entry(spec.job_id, spec)
+        if job.job_class is JobClass.GUARANTEED:
+            self._index(self._gq, self._gq_entry, spec.tenant, entry)
+            return
+        whole = spec.gpu_milli == FULL_GPU_MILLI
+        shape: _Shape = (whole, spec.gpu_types, spec.gpu_mem_mib, spec.num_gpus if whole else spec.gpu_milli)
+        self._oq.setdefault(shape, SortedList()).add(entry)
+        with_quota = self._quota.get(spec.tenant) is not None
+        self._oq_entry[spec.job_id] = (shape, entry, spec.tenant if with_quota else None)
+        if with_quota:
+            self._oq_tenant.setdefault(spec.tenant, SortedList()).add(entry)
+
+    def _dequeue(self, job_id: str) -> None:
+        self._unindex(self._gq, self._gq_entry, job_id)
+        got = self._oq_entry.pop(job_id, None)
+        if got is None:
+            return
+        shape, entry, tenant = got
+        group = self._oq[shape]
+        group.remove(entry)
+        if not group:
+            del self._oq[shape]
+        if tenant is not None:
+            items = self._oq_tenant[tenant]
+            items.remove(entry)
+            if not items:
+                del self._oq_tenant[tenant]
+
+    def _refresh(self, view: ClusterView, g: int) -> None:
+        """Re-file GPU ``g`` in the index of GPUs open to an opportunistic job (what changed on it is in the view)."""
+        topo = self._topo
+        assert topo is not None
+        cfg = self.cfg
+        sm = view.gpu_sm_used(g)
+        held = view.gpu_free_milli(g) < FULL_GPU_MILLI
+        is_open = (
+            len(view.gpu_opportunistic_jobs(g)) < cfg.max_opportunistic_per_gpu
+            and sm <= round(cfg.max_sm_used * FULL_GPU_MILLI)
+            and view.gpu_free_mem_mib(g) > (cfg.mem_margin_mib if held else 0)
+        )
+        key = (sm, g) if is_open else None
+        old = self._open_key.get(g)
+        if old == key:
+            return
+        index = self._open[topo.gpu_type[g]]
+        if old is not None:
+            index.remove(old)
+            del self._open_key[g]
+        if key is not None:
+            index.add(key)
+            self._open_key[g] = key
+
+    def _absorb(self, view: ClusterView) -> None:
+        """Bring what changed since the last round into the coordinator and the indexes."""
+        coord = self.coordinator
+        if self._coordinating:
+            for g in self._holders_moved:
+                # Another holder came or went: the holders' learned baselines and the guests' ceilings are stale.
+                for h in view.gpu_jobs(g):
+                    coord.forget_baseline(h)
+                for x in view.gpu_opportunistic_jobs(g):
+                    coord.reset(x)
+            for g in self._guests_moved:
+                for x in view.gpu_opportunistic_jobs(g):
+                    coord.reset(x)
+            for job_id in self._noted:
+                job = view.job(job_id)
+                p, tel = job.placement, job.telemetry
+                if job.phase is not JobPhase.RUNNING or p is None or tel is None or p.opportunistic:
+                    continue
+                active = any(self._share_of(view, x) > 0 for g in p.gpus for x in view.gpu_opportunistic_jobs(g))
+                if coord.observe(job_id, tel, guest_active=active):
+                    for g in p.gpus:
+                        for x in view.gpu_opportunistic_jobs(g):
+                            coord.reset(x)
+        self._holders_moved.clear()
+        self._guests_moved.clear()
+        self._noted.clear()
+        for g in self._dirty:
+            self._refresh(view, g)
+
+    @staticmethod
+    def _share_of(view: ClusterView, x: str) -> int:
+        p = view.job(x).placement
+        return 0 if p is None else p.gpu_milli
+
+    def _need(self, view: ClusterView, spec: JobSpec, gpu: int) -> int:
+        """An opportunistic job's memory need on ``gpu``: measured when it has telemetry, else expected."""
+        job = view.job(spec.job_id)
+        tel = job.telemetry if job.phase is JobPhase.RUNNING else None
+        if tel is not None:
+            return tel.mem_need_mib
+        topo = self._topo
+        assert topo is not None
+        return expected_mem_mib(spec, topo.gpu_mem_mib[gpu])
+
+    # -- the coordinator --------------------------------------------------------------------------------------
+    def _coordinate(self, rnd: _Round) -> None:
+        """Run the coordinator on the jobs of changed GPUs and the jobs due a check (with, for each opportunistic
+        one, the holders beside it, whose measurements decide its share)."""
+        view = rnd.view
+        coord = self.coordinator
+        focus: dict[str, Placement] = {}
+
+        def add(job_id: str) -> None:
+            # A guest always; a holder only if its reservation is to change (most changed GPUs hold no guest and
+            # no reservation to re-size: they cost no snapshot).
+            if job_id in focus:
+                return
+            job = view.job(job_id)
+            p = job.placement
+            assert p is not None  # the view lists running jobs only; due ones are checked below
+            if p.opportunistic or coord.reservation_target(_given(job.spec, p), job.telemetry) is not None:
+                focus[job_id] = p
+
+        for g in self._dirty:
+            for job_id in (*view.gpu_jobs(g), *view.gpu_opportunistic_jobs(g)):
+                add(job_id)
+        for job_id in coord.pop_due(rnd.now_s):
+            if view.job(job_id).phase is JobPhase.RUNNING:
+                add(job_id)
+        for p in [p for p in focus.values() if p.opportunistic]:
+            for g in p.gpus:
+                for h in view.gpu_jobs(g):
+                    add(h)
+        if not focus:
+            return
+        topo = self._topo
+        assert topo is not None
+
+        def age(x: str) -> tuple[float, int]:
+            return (view.job(x).last_start_s or 0.0, self._arrival.get(x, 0))
+
+        gpus: dict[int, GpuSnapshot] = {}
+        holders: dict[str, Holder] = {}
+        guest_ids: dict[str, None] = {}
+        for p in focus.values():
+            for g in p.gpus:
+                if g in gpus:
+                    continue
+                on = tuple(view.gpu_jobs(g))
+                visitors = tuple(sorted(view.gpu_opportunistic_jobs(g), key=age))
+                gpus[g] = GpuSnapshot(topo.gpu_mem_mib[g], on, visitors)
+                for h in on:
+                    if h not in holders:
+                        job = view.job(h)
+                        hp = job.placement
+                        assert hp is not None
+                        holders[h] = Holder(h, hp.gpus, _given(job.spec, hp), job.telemetry)
+                guest_ids.update(dict.fromkeys(visitors))
+        guests: dict[str, Guest] = {}
+        for x in sorted(guest_ids, key=age):  # oldest first, as the coordinator expects
+            job = view.job(x)
+            xp = job.placement
+            assert xp is not None
+            need = self._need(view, job.spec, xp.gpus[0])
+            guests[x] = Guest(x, xp.gpus, xp.gpu_milli, job.spec.gpu_milli, _given(job.spec, xp), need)
+        plan = coord.step(rnd.now_s, Snapshot(gpus, holders, guests, focus.keys()))
+        if plan:
+            self._apply_plan(rnd, plan)
+
+    def _apply_plan(self, rnd: _Round, plan: Plan) -> None:
+        for x in plan.evict:
+            rnd.drop_guest(x, f"antman coordinator: {plan.why.get(x, 'memory')}")
+            self.counts["evict"] += 1
+        for h, mem in plan.reservations.items():
+            rnd.set_reservation(h, mem)
+            rnd.why[h] = f"antman coordinator: {plan.why.get(h, 'reservation')}"
+        for x, share in plan.shares.items():
+            rnd.set_guest(x, share=share)
+            rnd.why[x] = f"antman coordinator: {plan.why.get(x, 'share')}"
+        for x, cap in plan.mem_caps.items():
+            rnd.set_guest(x, cap=cap)
+            rnd.why.setdefault(x, f"antman coordinator: {plan.why.get(x, 'memory')}")
+
+    # -- ordinary placements ----------------------------------------------------------------------------------
+    def _take_ordinary(self, rnd: _Round, spec: JobSpec) -> Placement | None:
+        """Allocation for ``spec`` by ``placement``, reserving its expected memory (at most what is not reserved
+        on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
+        planner = rnd.planner
+        found = place(planner, spec, self.cfg.placement, allowed_types(rnd.view, spec))
+        if found is None:
+            return None
+        topo = self._topo
+        assert topo is not None
+        base = spec.gpu_mem_mib or 0  # what take() reserved
+        want = expected_mem_mib(spec, topo.gpu_mem_mib[found.gpus[0]])
+        extra = max(0, min(want - base, min(planner.gpu_free_mem_mib(g) for g in found.gpus)))
+        for g in found.gpus:
+            planner.add_memory(g, -extra)
+        rnd.touched.update(found.gpus)
+        return Placement(found.gpus, found.gpu_milli, base + extra)
+
+    def _reclaim(self, rnd: _Round, gpus: tuple[int, ...], for_job: str) -> None:
+        """An ordinary placement just landed on ``gpus``: make the opportunistic jobs there fit in what is left
+        (AntMan §4; the rule is in the module docstring)."""
+        view = rnd.view
+        cfg = self.cfg
+        for g in gpus:
+            visitors = rnd.guests_on(g)
+            if not visitors:
+                continue
+            reason = f"antman: reclaim GPU {g} for {for_job}"
+            if cfg.reclaim == Reclaim.PREEMPT:
+                for x in visitors:
+                    rnd.drop_guest(x, reason)
+                    self.counts["reclaim_suspend"] += 1
+                continue
+            left = rnd.planner.gpu_free_mem_mib(g)
+            for x in visitors:
+                cap = rnd.cap(x)
+                need = self._need(view, view.job(x).spec, g)
+                keep = min(cap, max(0, left))
+                if keep < cfg.min_mem_fraction * need or (keep == 0 and need > 0):
+                    rnd.drop_guest(x, reason)
+                    self.counts["reclaim_suspend"] += 1
+                    continue
+                left -= keep
+                share = rnd.share(x)
+                lower = min(share, cfg.start_milli) if self._coordinating else share
+                if keep != cap or lower != share:
+                    rnd.set_guest(x, share=lower, cap=keep)
+                    rnd.why[x] = reason
+                    self.counts["reclaim_shrink"] += 1
+                if self._coordinating:
+                    self.coordinator.touched(x, rnd.now_s)
+
+    def _check_holder(self, rnd: _Round, job_id: str) -> None:
+        """A holder just placed: when opportunistic jobs wait for room, right-size its reservation at the next
+        control tick rather than at the next event."""
+        if self._coordinating and self._oq:
+            self.coordinator.check_after(job_id, rnd.now_s)
+
+    # -- guaranteed jobs --------------------------------------------------------------------------------------
+    def _admit_guaranteed(self, rnd: _Round) -> None:
+        view, planner = rnd.view, rnd.planner
+        cursors: dict[str, Iterator[_Entry]] = {}
+        heads: dict[str, _Entry] = {}
+        heap: list[tuple[tuple[int, float, str], str]] = []
+        for tenant, queue in self._gq.items():
+            it = iter(queue)
+            head: _Entry = next(it)
+            cursors[tenant], heads[tenant] = it, head
+            heap.append((_fair_key(view, planner, tenant, head[0]), tenant))
+        heapq.heapify(heap)
+        while heap:
+            _, tenant = heapq.heappop(heap)
+            job_id = heads[tenant][2]
+            spec = view.job(job_id).spec
+            if planner.total_free() == 0 and (spec.gpu_milli == FULL_GPU_MILLI or not planner.has_partial()):
+                rnd.stopped.add(tenant)
+                continue
+            placement = self._take_ordinary(rnd, spec) if planner.quota_allows(spec) else None
+            if placement is None:
+                rnd.stopped.add(tenant)  # first come, first served within a tenant: it waits for its head
+                continue
+            self._reclaim(rnd, placement.gpus, job_id)
+            rnd.ordinary.append(Launch(job_id, placement))
+            self._check_holder(rnd, job_id)
+            nxt = next(cursors[tenant], None)
+            if nxt is not None:
+                heads[tenant] = nxt
+                heapq.heappush(heap, (_fair_key(view, planner, tenant, nxt[0]), tenant))
+
+    # -- upgrades ---------------------------------------------------------------------------------------------
+    def _upgrade(self, rnd: _Round) -> None:
+        view, planner = rnd.view, rnd.planner
+        budget = self.cfg.max_upgrades
+        looks = 4 * budget  # candidates examined at most (quota misses included)
+        heap: list[tuple[tuple[int, float, str], str]] = []
+        cursors: dict[str, Iterator[_Entry]] = {}
+        for tenant in dict.fromkeys([*self._guests, *self._oq_tenant]):
+            quota = self._quota.get(tenant)
+            if tenant in rnd.stopped or quota is None or planner.tenant_guaranteed_milli(tenant) >= quota:
+                continue  # no quota to upgrade into, or none left
+            running = self._guests.get(tenant, ())
+            waiting = self._oq_tenant.get(tenant, ())
+            cursors[tenant] = itertools.chain(iter(running), iter(waiting))
+            heap.append((_fair_key(view, planner, tenant, 0.0), tenant))
+        heapq.heapify(heap)
+        while heap and budget > 0 and looks > 0:
+            _, tenant = heapq.heappop(heap)
+            quota = self._quota.get(tenant)
+            assert quota is not None
+            for _submit, _seq, job_id in cursors[tenant]:
+                if job_id in rnd.gone:
+                    continue
+                looks -= 1
+                spec = view.job(job_id).spec
+                if planner.tenant_guaranteed_milli(tenant) + spec.gpu_demand_milli > quota:
+                    if looks <= 0:
+                        break
+                    continue  # a smaller one may fit in the room left
+                if self._plan_upgrade(rnd, job_id):
+                    budget -= 1
+                    heapq.heappush(heap, (_fair_key(view, planner, tenant, 0.0), tenant))
+                break  # upgraded (the tenant goes back in fair order), or no GPUs for it: the tenant is done
+            # the cursor is exhausted, or the tenant is done for this round
+
+    def _plan_upgrade(self, rnd: _Round, job_id: str) -> bool:
+        view, planner = rnd.view, rnd.planner
+        job = view.job(job_id)
+        spec = job.spec
+        topo = self._topo
+        assert topo is not None
+        p = job.placement
+        if p is not None:  # running opportunistically: in place if its GPUs' allocation is free
+            mem = expected_mem_mib(spec, topo.gpu_mem_mib[p.gpus[0]])
+            if all(planner.gpu_free_milli(g) >= spec.gpu_milli and planner.gpu_free_mem_mib(g) >= mem for g in p.gpus):
+                rnd.drop_guest(job_id, None)
+                placement = planner.take(spec, list(p.gpus), mem_mib=mem)
+                rnd.touched.update(p.gpus)
+            else:
+                found = self._take_ordinary(rnd, spec)
+                if found is None:
+                    return False
+                rnd.drop_guest(job_id, None)
+                placement = found
+            planner.charge(spec.tenant, spec.gpu_demand_milli)
+            self._reclaim(rnd, placement.gpus, job_id)
+            rnd.ordinary.append(Upgrade(job_id, placement))
+        else:  # waiting: launched (paused, no memory) and upgraded at once
+            found = self._take_ordinary(rnd, spec)
+            if found is None:
+                return False
+            planner.charge(spec.tenant, spec.gpu_demand_milli)
+            self._reclaim(rnd, found.gpus, job_id)
+            rnd.ordinary.append(Launch(job_id, Placement(found.gpus, 0, 0, opportunistic=True)))
+            rnd.ordinary.append(Upgrade(job_id, found))
+            rnd.started.add(job_id)
+        self.counts["upgrade"] += 1
+        self._check_holder(rnd, job_id)
+        return True
+
+    # -- opportunistic jobs -----------------------------------------------------------------------------------
+    def _place_waiting_opportunistic(self, rnd: _Round) -> None:
+        """Walk the opportunistic queue in FIFO order over its shape groups, dropping at once every group of a
+        kind whose smaller jobs did not fit (as ``corral.policies.queue.PendingWalk`` does)."""
+        view = rnd.view
+        exclusive = not self.cfg.opportunistic
+        if not exclusive and not any(self._open):
+            return
+        blocked: dict[_Kind, int] = {}
+        heap: list[tuple[_Entry, _Shape, Iterator[_Entry]]] = []
+        for shape, group in self._oq.items():
+            it = iter(group)
+            heap.append((next(it), shape, it))
+        heapq.heapify(heap)
+        while heap:
+            entry, shape, it = heap[0]
+            kind: _Kind = shape[:3]
+            limit = blocked.get(kind)
+            if limit is not None and shape[3] >= limit:
+                heapq.heappop(heap)
+                continue
+            job_id = entry[2]
+            if job_id not in rnd.started:
+                spec = view.job(job_id).spec
+                if exclusive:
+                    if rnd.planner.total_free() == 0 and not rnd.planner.has_partial():
+                        return
+                    found = self._take_ordinary(rnd, spec)
+                    if found is not None:
+                        rnd.ordinary.append(Launch(job_id, found))
+                else:
+                    found = self._place_guest(rnd, spec)
+                if found is None:
+                    blocked[kind] = shape[3] if limit is None else min(limit, shape[3])
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, shape, it))
+
+    def _place_guest(self, rnd: _Round, spec: JobSpec) -> Placement | None:
+        """Spare capacity for an opportunistic job, by measured use (module docstring); planned in ``rnd``."""
+        cfg = self.cfg
+        topo = self._topo
+        assert topo is not None
+        n = spec.num_gpus
+        margin = cfg.mem_margin_mib
+        for t in allowed_types(rnd.view, spec):
+            need = expected_mem_mib(spec, topo.type_mem_mib[t])
+            least = max(1, math.ceil(cfg.min_mem_fraction * need))
+            by_node: dict[int, list[int]] = {}
+            pool: list[int] = []
+            fits: dict[int, tuple[int, int, bool]] = {}  # GPU -> (memory cap, share room, held)
+            chosen: list[int] | None = None
+            for examined, (_sm, g) in enumerate(self._open[t]):
+                if examined >= cfg.scan_gpus + 2 * n:
+                    break
+                if g in rnd.touched or len(rnd.guests_on(g)) >= cfg.max_opportunistic_per_gpu:
+                    continue
+                held = rnd.held(g)
+                free = rnd.guest_free(g)
+                cap = min(need, free - margin if held else free)
+                room = FULL_GPU_MILLI - rnd.guest_milli(g)
+                if cap < least or room <= 0:
+                    continue
+                fits[g] = (cap, room, held)
+                pool.append(g)
+                on_node = by_node.setdefault(topo.gpu_node[g], [])
+                on_node.append(g)
+                if len(on_node) >= n:
+                    chosen = on_node
+                    break
+            if chosen is None:
+                if len(pool) < n:
+                    continue
+                chosen = pool[:n]
+            gpus = tuple(sorted(chosen))
+            held_any = any(fits[g][2] for g in gpus)
+            share = min(spec.gpu_milli, cfg.start_milli) if held_any and self._coordinating else spec.gpu_milli
+            share = min(share, *(fits[g][1] for g in gpus))
+            placement = Placement(gpus, share, min(fits[g][0] for g in gpus), opportunistic=True)
+            rnd.add_guest(spec.job_id, placement)
+            if held_any and self._coordinating:
+                self.coordinator.touched(spec.job_id, rnd.now_s)
+            return placement
+        return None
