@@ -21,3 +21,13 @@ run synth_u90 --format synthetic --jobs 4000 --fit-to "philly:$D/philly/philly.c
 run hpsearch --format csv --trace examples/hpsearch.csv \
     --columns id=job_id,submit=submit_s,duration=duration_s,gpus=num_gpus,model=model,tenant=tenant --cluster 2x8
 run philly_full --format philly --trace "$D/philly/philly.csv" --cluster philly
+# AntMan: sharing modes on quota workloads (exclusive, packing without the coordinator, AntMan, Gandiva packing).
+P="--policy antman:opportunistic=false --policy antman:coordinator=false --policy antman --policy gandiva"
+run antman_openb_own --format openb --trace "$D/alibaba-openb/openb_pod_list_default.csv" --cluster openb \
+    --assign-tenants 4 --quotas equal:0.9
+run antman_openb_busy --format openb --trace "$D/alibaba-openb/openb_pod_list_default.csv" --cluster 16x8:V100-16GB \
+    --assign-tenants 2 --quotas equal:1.0 --scale-load 8
+run antman_philly_full --format philly --trace "$D/philly/philly.csv" --cluster philly --quotas philly-vc \
+    --opportunistic 0.3
+run antman_vc_6c71a0 --format philly --trace "$D/philly/philly.csv" --tenants 6c71a0 --cluster 6x8 \
+    --quotas equal:1.0 --opportunistic 0.3

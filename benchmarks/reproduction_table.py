@@ -29,16 +29,41 @@ METRICS = [
     ("p90_rho", "p90 rho", "{:.2f}"),
     ("jain_rho_tenants", "Jain (tenants)", "{:.3f}"),
 ]
+# The AntMan settings compare sharing modes on quota workloads (docs/reproduction.md, AntMan section).
+ANTMAN_POLICIES = {
+    "antman_opportunistic=false": "exclusive",
+    "antman_coordinator=false": "packing, no coordinator",
+    "antman": "AntMan",
+    "gandiva": "Gandiva packing",
+}
+ANTMAN_METRICS = [
+    ("gpu_alloc_util", "GPU alloc util", "{:.3f}"),
+    ("gpu_sm_util", "SM util (used)", "{:.3f}"),
+    ("gpu_mem_util", "memory util (used)", "{:.3f}"),
+    ("g_slowdown_p50", "guaranteed slowdown p50", "{:.3f}"),
+    ("g_slowdown_p99", "guaranteed slowdown p99", "{:.3f}"),
+    ("g_slowdown_max", "guaranteed slowdown max", "{:.3f}"),
+    ("avg_queueing_s", "avg queueing (s)", "{:,.0f}"),
+    ("opp_avg_jct_s", "opportunistic avg JCT (s)", "{:,.0f}"),
+    ("opp_p99_jct_s", "opportunistic p99 JCT (s)", "{:,.0f}"),
+    ("opp_throughput", "opportunistic throughput", "{:.3f}"),
+    ("upgrades", "upgrades", "{:,}"),
+    ("quota_shortfall_gpu_h", "quota shortfall (GPU-h)", "{:,.0f}"),
+    ("jain_rho_tenants", "Jain (tenants)", "{:.3f}"),
+    ("avg_jct_s", "avg JCT, all (s)", "{:,.0f}"),
+]
 
 
 def table(folder: Path) -> str:
+    antman = (folder / "antman").is_dir()
+    policies, metrics = (ANTMAN_POLICIES, ANTMAN_METRICS) if antman else (POLICIES, METRICS)
     sums = {}
-    for slug in POLICIES:
+    for slug in policies:
         path = folder / slug / "summary.json"
         sums[slug] = json.loads(path.read_text()) if path.exists() else {}
-    lines = ["| metric | " + " | ".join(POLICIES.values()) + " |", "|---|" + "---:|" * len(POLICIES)]
-    for key, label, fmt in METRICS:
-        cells = [fmt.format(sums[s][key]) if key in sums[s] else "-" for s in POLICIES]
+    lines = ["| metric | " + " | ".join(policies.values()) + " |", "|---|" + "---:|" * len(policies)]
+    for key, label, fmt in metrics:
+        cells = [fmt.format(sums[s][key]) if key in sums[s] else "-" for s in policies]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -150,6 +150,9 @@ class AntManConfig(PolicyConfig):
         )
 
 
+_AVOID_GUEST_TRIES = 3  # placements looked for away from opportunistic jobs before reclaiming from them
+
+
 def _given(spec: JobSpec, placement: Placement) -> int:
     """GPU memory a placement gives its job on each GPU (as the engine's state counts it)."""
     return placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
@@ -663,7 +666,30 @@ class AntManPolicy(BasePolicy):
         """Allocation for ``spec`` by ``placement``, reserving its expected memory (at most what is not reserved
         on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
         planner = rnd.planner
-        found = place(planner, spec, self.cfg.placement, allowed_types(rnd.view, spec))
+        types = allowed_types(rnd.view, spec)
+        found = place(planner, spec, self.cfg.placement, types)
+        # Prefer GPUs where no opportunistic job runs: reclaiming one slows it for nothing when another GPU is
+        # free. Hide the GPUs with guests and look again, a bounded number of times; else keep the first choice.
+        hidden: dict[int, int] = {}
+        for _ in range(_AVOID_GUEST_TRIES):
+            if found is None:
+                break
+            busy = [g for g in found.gpus if rnd.guests_on(g)]
+            if not busy:
+                break
+            planner.untake(spec, found)
+            for g in busy:
+                hidden[g] = planner.hide(g)
+            alternative = place(planner, spec, self.cfg.placement, types)
+            if alternative is None:
+                for g, milli in hidden.items():
+                    planner.unhide(g, milli)
+                hidden.clear()
+                found = planner.take(spec, list(found.gpus))
+                break
+            found = alternative
+        for g, milli in hidden.items():
+            planner.unhide(g, milli)
         if found is None:
             return None
         topo = self._topo

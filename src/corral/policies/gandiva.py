@@ -107,15 +107,6 @@ class _Planner(Planner):
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) + len(gpus) * milli
         return Placement(tuple(sorted(gpus)), milli)
 
-    def untake(self, spec: JobSpec, placement: Placement) -> None:
-        """Undo a take (or a take_share) of ``placement``."""
-        mem = spec.gpu_mem_mib or 0
-        milli = placement.gpu_milli
-        for g in placement.gpus:
-            self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
-        if spec.job_class is JobClass.GUARANTEED:
-            self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - placement.num_gpus * milli
-
     def release(self, job: JobView) -> None:
         if job.placement is not None:
             self.untake(job.spec, job.placement)

@@ -126,6 +126,25 @@ class Planner:
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) + spec.gpu_demand_milli
         return Placement(tuple(sorted(gpus)), milli, mem_mib)
 
+    def untake(self, spec: JobSpec, placement: Placement) -> None:
+        """Undo a :meth:`take` of ``placement`` (its share, memory and quota use)."""
+        mem = placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
+        milli = placement.gpu_milli
+        for g in placement.gpus:
+            self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+        if spec.job_class is JobClass.GUARANTEED:
+            self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - placement.num_gpus * milli
+
+    def hide(self, gpu: int) -> int:
+        """Plan as if ``gpu`` had no free share (to look for a placement elsewhere); returns what it had, for
+        :meth:`unhide`."""
+        had = self.gpu_free_milli(gpu)
+        self._set(gpu, 0, self.gpu_free_mem_mib(gpu))
+        return had
+
+    def unhide(self, gpu: int, milli: int) -> None:
+        self._set(gpu, milli, self.gpu_free_mem_mib(gpu))
+
     def add_memory(self, gpu: int, mib: int) -> None:
         """Plan ``mib`` more free memory on ``gpu`` (negative: less), e.g. an opportunistic job's cap changing."""
         self._gpu_mem[gpu] = self.gpu_free_mem_mib(gpu) + mib

@@ -51,7 +51,7 @@ from corral.core.job import JobSpec
 from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
 from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
-from corral.sim.sharing import Profile, job_profile, modelled_pair_rates
+from corral.sim.sharing import Profile, job_profile, measured_pair_rates, modelled_pair_rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +161,8 @@ class BoundPerfModel:
             rates = self.table().rates(type_a, type_b, self._gavel_gpu[self.topo.gpu_type[gpu]])
         if rates is None:
             rates = modelled_pair_rates(pa, pb, self.model.bandwidth_kappa)
+        else:
+            rates = measured_pair_rates(rates, pa, pb)
         return self._noisy(a, b, rates[0], rates[1])
 
     def _noisy(self, a: JobSpec, b: JobSpec, rate_a: float, rate_b: float) -> tuple[float, float]:

@@ -24,7 +24,9 @@ batch or sequence length later in training, a second model); one step per job is
 a coordinator re-read its telemetry rather than trust the first reading. The draws are keyed by the job id.
 
 **Co-location** (:func:`pair_slowdown`): two jobs on one GPU each run at a *full-activity pair rate*: Gavel's
-measured normalised rates when both models map to Gavel job types measured together on that GPU type; otherwise a
+measured normalised rates when both models map to Gavel job types measured together on that GPU type, with each
+job's loss scaled by its partner's ``usage`` (Gavel measured benchmark jobs that keep the GPU as busy as their
+model does; a partner that uses half of that interferes half as much: :func:`measured_pair_rates`); otherwise a
 documented model from the profiles: when their SM demands add up to more than the GPU (``u_a + u_b > 1``) they
 time-share it, each getting ``1 / (u_a + u_b)`` of its speed, and each also loses ``bandwidth_kappa × b_other``
 to memory-bandwidth contention (``b``: the partner's bandwidth fraction). A partner that is throttled to an
@@ -63,6 +65,7 @@ class Profile:
     mem_bw: float  # 0..1
     solo_step_s: float
     traits: ModelTraits
+    usage: float = 1.0  # its usage factor times its share: how much of its model's benchmark GPU use it makes
 
 
 def _uniform(what: str, job_id: str, seed: int) -> float:
@@ -96,6 +99,7 @@ def scaled(profile: Profile, factor: float, gpu_mem_mib: int) -> Profile:
         mem_bw=min(1.0, profile.mem_bw * factor),
         solo_step_s=profile.solo_step_s,
         traits=profile.traits,
+        usage=min(1.0, profile.usage * factor),
     )
 
 
@@ -125,7 +129,13 @@ def job_profile(
         mem_bw=min(1.0, known.mem_bw * usage * share),
         solo_step_s=step / max(gpu_speed, 1e-9),
         traits=known,
+        usage=usage * share,
     )
+
+
+def measured_pair_rates(rates: tuple[float, float], a: Profile, b: Profile) -> tuple[float, float]:
+    """Gavel's measured rates of a pair, each job's loss scaled by its partner's usage (see the module docstring)."""
+    return 1.0 - (1.0 - rates[0]) * min(1.0, b.usage), 1.0 - (1.0 - rates[1]) * min(1.0, a.usage)
 
 
 def modelled_pair_rates(a: Profile, b: Profile, kappa: float) -> tuple[float, float]:
