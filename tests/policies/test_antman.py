@@ -613,3 +613,25 @@ def test_property_invariants_hold_under_random_arrivals_and_telemetry(
     # Nothing hangs: every job finished or was rejected, and no wake-up is left pending.
     assert all(j.phase.is_terminal for j in h.state.jobs())
     assert not h.engine.queue
+
+
+def test_a_guaranteed_job_goes_to_a_gpu_without_an_opportunistic_job_when_one_is_free() -> None:
+    # o runs alone on GPU 0 (the first the consolidated best fit would pick); g arrives later and takes GPU 1,
+    # leaving o undisturbed. With both GPUs taken by guests, g lands on one of them and reclaims from it.
+    c = cluster(nodes=1, gpus=2)
+    h = Harness(c, antman())
+    lines = h.run([job("o", duration=100, mem=4000, opportunistic=True), job("g", duration=50, submit=1, mem=4000)])
+    assert "0.000 launch o gpus=0 milli=1000" in lines and "1.000 launch g gpus=1 milli=1000" in lines
+    # no share cut and no suspension for o (its memory cap may still settle at its need plus the margin)
+    assert not any(" resize o milli=" in line or " suspend o" in line for line in lines)
+
+    h = Harness(c, antman())
+    lines = h.run(
+        [
+            job("o1", duration=100, mem=4000, opportunistic=True),
+            job("o2", duration=100, mem=4000, opportunistic=True),
+            job("g", duration=50, submit=1, mem=4000),
+        ]
+    )
+    assert any(line.startswith("1.000 launch g gpus=") for line in lines)
+    assert any(line.startswith("1.000 resize o") for line in lines)  # reclaimed from the guest it landed beside

@@ -34,7 +34,9 @@ from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.sharing import (
     DEFAULT_STEP_S,
+    Profile,
     activity,
+    measured_pair_rates,
     modelled_pair_rates,
     pair_slowdown,
     spill_rate,
@@ -465,3 +467,12 @@ def test_profile_of_a_fractional_job_and_of_a_declared_memory_need() -> None:
     assert huge.mem_need_mib == 16384  # within the GPU
     unknown = bound.profile(job("u"), 0)
     assert (unknown.sm_util, unknown.solo_step_s, unknown.mem_need_mib) == (0.6, DEFAULT_STEP_S, 6 * 1024)
+
+
+def test_measured_pair_losses_scale_with_the_partners_usage() -> None:
+    full = Profile(0.5, 4000, 0.7, 0.5, 0.2, traits("resnet50"), usage=1.0)
+    half = dataclasses.replace(full, usage=0.5)
+    assert measured_pair_rates((0.6, 0.8), full, full) == (0.6, 0.8)
+    # a loses 0.4 beside a full-usage partner, 0.2 beside one that uses half of its model's benchmark GPU time
+    assert measured_pair_rates((0.6, 0.8), full, half) == (pytest.approx(0.8), pytest.approx(0.8))
+    assert measured_pair_rates((0.6, 0.8), half, full) == (pytest.approx(0.6), pytest.approx(0.9))
