@@ -11,4 +11,6 @@ lint:
 
 bench:
 	python benchmarks/bench_philly.py --policy fifo --policy sjf --policy srtf
+	python benchmarks/bench_antman.py
+	python benchmarks/bench_fragmentation.py
 	python benchmarks/bench_scaling.py

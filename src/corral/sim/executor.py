@@ -238,6 +238,11 @@ class SimExecutor:
         run.profile = scaled(run.profile, factor, self.perf.topo.gpu_mem_mib[run.placement.gpus[0]])
         run.seat(run.placement, self.perf.model.spill_penalty)
         partners = self._partners(run)
+        if not partners and not run.opportunistic:
+            # Alone and unthrottled its speed does not change: only its measured use and telemetry do.
+            self._measure(run.placement.gpus, now_s)
+            self._report(run, now_s)
+            return
         self._forget_pairs(run, partners)  # modelled pair rates depend on the profiles
         self._rerate([run.spec.job_id], now_s, force=True)
         self._rerate(partners, now_s)
