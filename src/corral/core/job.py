@@ -82,6 +82,14 @@ class JobSpec:
         return self.num_gpus * self.gpu_milli
 
 
+def mem_given(spec: JobSpec, placement: Placement) -> int:
+    """GPU memory ``placement`` gives its job on each GPU: the placement's own figure (a reservation, or an
+    opportunistic job's cap), else the spec's ``gpu_mem_mib``, else none. What the engine's state counts."""
+    if placement.mem_mib is not None:
+        return placement.mem_mib
+    return spec.gpu_mem_mib or 0
+
+
 class JobView(Protocol):
     """What a policy may read of a job. Policies get this, never a writable :class:`JobStatus`."""
 

@@ -52,20 +52,13 @@ from sortedcontainers import SortedList
 
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation, JobSpecError
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView, mem_given
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.policies.view import PendingEntry, PendingShape
 
 QueueKey = Callable[[JobView], tuple[Any, ...]]
-
-
-def _mem_given(spec: JobSpec, placement: Placement) -> int:
-    """GPU memory a placement gives its job on each GPU: its own figure, else the spec's, else none."""
-    if placement.mem_mib is not None:
-        return placement.mem_mib
-    return spec.gpu_mem_mib or 0
 
 
 def submission_order(job: JobView) -> tuple[Any, ...]:
@@ -340,7 +333,7 @@ class ClusterState:
         # Checked against what the GPUs would have without the job, then applied as a change of amounts only, so
         # that neither a refusal nor a success reorders any index.
         self._check_placement(job, after, credit=before)
-        mem_delta = _mem_given(job.spec, after) - _mem_given(job.spec, before)
+        mem_delta = mem_given(job.spec, after) - mem_given(job.spec, before)
         milli_delta = after.gpu_milli - before.gpu_milli if after.opportunistic else 0
         for g in after.gpus:
             self._gpu_free_mem[g] -= mem_delta
@@ -481,7 +474,7 @@ class ClusterState:
         spec = job.spec
         cls = job.job_class if job_class is None else job_class
         own = set(credit.gpus) if credit is not None else ()
-        own_mem = _mem_given(spec, credit) if credit is not None else 0
+        own_mem = mem_given(spec, credit) if credit is not None else 0
         own_opp = credit.gpu_milli if credit is not None and credit.opportunistic else 0
         own_alloc = credit.gpu_milli if credit is not None and not credit.opportunistic else 0
         if placement.num_gpus != spec.num_gpus:
@@ -506,7 +499,7 @@ class ClusterState:
                 f"{placement.gpu_milli}"
             )
         allowed = set(topo.type_indices(spec.gpu_types)) if spec.gpu_types else None
-        mem = _mem_given(spec, placement)
+        mem = mem_given(spec, placement)
         for g in placement.gpus:
             if not 0 <= g < topo.num_gpus:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
@@ -553,7 +546,7 @@ class ClusterState:
         spec = job.spec
         job_id = spec.job_id
         milli = placement.gpu_milli
-        mem = _mem_given(spec, placement)
+        mem = mem_given(spec, placement)
         if placement.opportunistic:
             for g in placement.gpus:
                 self._gpu_opp_milli[g] += milli
@@ -574,7 +567,7 @@ class ClusterState:
         spec = job.spec
         job_id = spec.job_id
         milli = placement.gpu_milli
-        mem = _mem_given(spec, placement)
+        mem = mem_given(spec, placement)
         if placement.opportunistic:
             for g in placement.gpus:
                 self._gpu_opp_milli[g] -= milli
@@ -664,7 +657,7 @@ class ClusterState:
         holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
         opp_holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
         opp_milli = [0] * topo.num_gpus
-        mem_given = [0] * topo.num_gpus
+        given_mem = [0] * topo.num_gpus
         sm_used = [0] * topo.num_gpus
         mem_used = [0] * topo.num_gpus
         guaranteed: dict[str, int] = {}
@@ -691,7 +684,7 @@ class ClusterState:
                     raise InvariantViolation(f"guaranteed job {spec.job_id!r} runs opportunistically")
                 tel = job.telemetry
                 for g in p.gpus:
-                    mem_given[g] += _mem_given(spec, p)
+                    given_mem[g] += mem_given(spec, p)
                     if tel is not None:
                         sm_used[g] += round(tel.sm_util * FULL_GPU_MILLI)
                         mem_used[g] += tel.mem_peak_mib
@@ -744,9 +737,9 @@ class ClusterState:
                 raise InvariantViolation(f"GPU {g}: opportunistic index is off")
             if opp_milli[g] > FULL_GPU_MILLI:
                 raise InvariantViolation(f"GPU {g}: opportunistic caps add up to {opp_milli[g]} milli")
-            if mem_given[g] > topo.gpu_mem_mib[g] or topo.gpu_mem_mib[g] - mem_given[g] != self._gpu_free_mem[g]:
+            if given_mem[g] > topo.gpu_mem_mib[g] or topo.gpu_mem_mib[g] - given_mem[g] != self._gpu_free_mem[g]:
                 raise InvariantViolation(
-                    f"GPU {g}: {mem_given[g]} MiB given of {topo.gpu_mem_mib[g]}, {self._gpu_free_mem[g]} recorded free"
+                    f"GPU {g}: {given_mem[g]} MiB given of {topo.gpu_mem_mib[g]}, {self._gpu_free_mem[g]} recorded free"
                 )
             if sm_used[g] != self._gpu_sm_used[g] or mem_used[g] != self._gpu_mem_used[g]:
                 raise InvariantViolation(f"GPU {g}: measured use index is off")

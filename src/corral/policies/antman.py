@@ -61,7 +61,7 @@ from sortedcontainers import SortedList
 from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, Upgrade
 from corral.core.errors import ConfigError
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.coordinator import (
@@ -153,11 +153,6 @@ class AntManConfig(PolicyConfig):
 _AVOID_GUEST_TRIES = 3  # placements looked for away from opportunistic jobs before reclaiming from them
 
 
-def _given(spec: JobSpec, placement: Placement) -> int:
-    """GPU memory a placement gives its job on each GPU (as the engine's state counts it)."""
-    return placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
-
-
 class _Planner(Planner):
     """The allocation layer's planner. Opportunistic jobs' memory counts as free here: an ordinary placement
     takes it back (reclaim), so ``gpu_free_mem_mib`` is the GPU's memory less the ordinary reservations."""
@@ -173,7 +168,7 @@ class _Planner(Planner):
         for job_id in view.gpu_opportunistic_jobs(gpu):
             job = view.job(job_id)
             assert job.placement is not None
-            guests += _given(job.spec, job.placement)
+            guests += mem_given(job.spec, job.placement)
         return view.gpu_free_mem_mib(gpu) + guests
 
     def charge(self, tenant: str, milli: int) -> None:
@@ -239,7 +234,7 @@ class _Round:
         if got is not None:
             return got
         p = self.guest_placement(x)
-        return _given(self.view.job(x).spec, p)
+        return mem_given(self.view.job(x).spec, p)
 
     def share(self, x: str) -> int:
         got = self.shares.get(x)
@@ -296,7 +291,7 @@ class _Round:
     def set_reservation(self, h: str, mem: int) -> None:
         job = self.view.job(h)
         assert job.placement is not None
-        old = self.reserve.get(h, _given(job.spec, job.placement))
+        old = self.reserve.get(h, mem_given(job.spec, job.placement))
         for g in job.placement.gpus:
             self.planner.add_memory(g, old - mem)
         self.reserve[h] = mem
@@ -317,7 +312,7 @@ class _Round:
             p = job.placement
             assert p is not None
             share, cap = self.share(x), self.cap(x)
-            old_cap = _given(job.spec, p)
+            old_cap = mem_given(job.spec, p)
             why = self.why.get(x, "antman")
             down = (share if share < p.gpu_milli else None, cap if cap < old_cap else None)
             up = (share if share > p.gpu_milli else None, cap if cap > old_cap else None)
@@ -328,7 +323,7 @@ class _Round:
         for h, mem in self.reserve.items():
             job = view.job(h)
             assert job.placement is not None
-            old = _given(job.spec, job.placement)
+            old = mem_given(job.spec, job.placement)
             why = self.why.get(h, "antman")
             if mem < old:
                 out.append(Resize(h, mem_mib=mem, reason=why))
@@ -598,7 +593,7 @@ class AntManPolicy(BasePolicy):
             job = view.job(job_id)
             p = job.placement
             assert p is not None  # the view lists running jobs only; due ones are checked below
-            if p.opportunistic or coord.reservation_target(_given(job.spec, p), job.telemetry) is not None:
+            if p.opportunistic or coord.reservation_target(mem_given(job.spec, p), job.telemetry) is not None:
                 focus[job_id] = p
 
         for g in self._dirty:
@@ -634,7 +629,7 @@ class AntManPolicy(BasePolicy):
                         job = view.job(h)
                         hp = job.placement
                         assert hp is not None
-                        holders[h] = Holder(h, hp.gpus, _given(job.spec, hp), job.telemetry)
+                        holders[h] = Holder(h, hp.gpus, mem_given(job.spec, hp), job.telemetry)
                 guest_ids.update(dict.fromkeys(visitors))
         guests: dict[str, Guest] = {}
         for x in sorted(guest_ids, key=age):  # oldest first, as the coordinator expects
@@ -642,7 +637,7 @@ class AntManPolicy(BasePolicy):
             xp = job.placement
             assert xp is not None
             need = self._need(view, job.spec, xp.gpus[0])
-            guests[x] = Guest(x, xp.gpus, xp.gpu_milli, job.spec.gpu_milli, _given(job.spec, xp), need)
+            guests[x] = Guest(x, xp.gpus, xp.gpu_milli, job.spec.gpu_milli, mem_given(job.spec, xp), need)
         plan = coord.step(rnd.now_s, Snapshot(gpus, holders, guests, focus.keys()))
         if plan:
             self._apply_plan(rnd, plan)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
 from corral.policies.view import ClusterView
 
@@ -128,7 +128,7 @@ class Planner:
 
     def untake(self, spec: JobSpec, placement: Placement) -> None:
         """Undo a :meth:`take` of ``placement`` (its share, memory and quota use)."""
-        mem = placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
+        mem = mem_given(spec, placement)
         milli = placement.gpu_milli
         for g in placement.gpus:
             self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
@@ -155,7 +155,7 @@ class Planner:
         if placement is None:
             return
         spec = job.spec
-        mem = placement.mem_mib if placement.mem_mib is not None else spec.gpu_mem_mib or 0
+        mem = mem_given(spec, placement)
         if placement.opportunistic:  # held no allocation: only its memory comes back
             for g in placement.gpus:
                 self._gpu_mem[g] = self.gpu_free_mem_mib(g) + mem

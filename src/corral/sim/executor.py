@@ -217,10 +217,12 @@ class SimExecutor:
             run.seat(after, self.perf.model.spill_penalty)
             self._enter(run, now_s)
             return
-        gone = self._partners(run)
+        before_partners = self._partners(run)
         run.seat(after, self.perf.model.spill_penalty)
-        self._rerate([run.spec.job_id, *(j for j in gone if j not in self._partners(run))], now_s, force=True)
-        self._rerate(self._partners(run), now_s)
+        now_partners = self._partners(run)
+        left = [j for j in before_partners if j not in now_partners]  # no longer slowed by it: they speed up
+        self._rerate([run.spec.job_id, *left], now_s, force=True)
+        self._rerate(now_partners, now_s)
 
     def finished(self, job: JobStatus, now_s: float) -> None:
         run = self._runs.pop(job.spec.job_id, None)
