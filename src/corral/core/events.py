@@ -14,10 +14,14 @@ from corral.core.job import JobSpec
 
 @dataclass(frozen=True, slots=True)
 class JobFinished:
-    """A running job completed its work. ``run_epoch`` ties it to one launch: stale ones are ignored."""
+    """A running job completed its work. ``run_epoch`` ties it to one launch: stale ones are ignored.
+
+    ``after_stop`` (live mode): the run's process completed after the scheduler had asked it to stop, before it
+    reached a step boundary; the job is then PENDING (preempted) with this run epoch, and finishes from there."""
 
     job_id: str
     run_epoch: int
+    after_stop: bool = False
     priority: ClassVar[int] = 0
 
 
@@ -29,6 +33,38 @@ class DemandChanged:
 
     job_id: str
     run_epoch: int
+    priority: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed:
+    """A running job's run ended in error (live mode: its process exited non-zero or died of a signal nobody
+    sent). ``run_epoch`` ties it to one launch, like :class:`JobFinished`."""
+
+    job_id: str
+    run_epoch: int
+    reason: str
+    priority: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobInterrupted:
+    """A running job's run ended without finishing and without failing: its process vanished (the node lost it,
+    or it was gone when the controller restarted), or it saved a checkpoint and exited unasked. It goes back to
+    the queue with its progress, like a preemption, and restarts from its last checkpoint."""
+
+    job_id: str
+    run_epoch: int
+    reason: str
+    priority: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancelled:
+    """A user cancelled a job (pending or running)."""
+
+    job_id: str
+    reason: str = "cancelled"
     priority: ClassVar[int] = 0
 
 
@@ -46,4 +82,4 @@ class TimerFired:
     priority: ClassVar[int] = 2
 
 
-Event = JobFinished | DemandChanged | JobSubmitted | TimerFired
+Event = JobFinished | DemandChanged | JobFailed | JobInterrupted | JobCancelled | JobSubmitted | TimerFired

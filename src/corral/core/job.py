@@ -35,10 +35,15 @@ class JobPhase(StrEnum):
     RUNNING = "running"  # holds its GPUs
     FINISHED = "finished"  # completed its work
     REJECTED = "rejected"  # can never run here (too big for the cluster or its quota); see JobStatus.reason
+    FAILED = "failed"  # live mode: its process ended in error (see JobStatus.reason); a replay never fails a job
+    CANCELLED = "cancelled"  # live mode: a user cancelled it, pending or running
 
     @property
     def is_terminal(self) -> bool:
-        return self in (JobPhase.FINISHED, JobPhase.REJECTED)
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset((JobPhase.FINISHED, JobPhase.REJECTED, JobPhase.FAILED, JobPhase.CANCELLED))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,11 @@
-"""The clock seam. The simulator jumps from event to event; the live controller will wait on the wall clock.
+"""The clock seam. The simulator jumps from event to event; the live controller runs on the wall clock.
 
 The engine never reads time any other way, which is what lets the same loop drive both modes.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 
@@ -31,3 +32,27 @@ class VirtualClock:
         if time_s < self._now:
             raise ValueError(f"virtual clock cannot go back from {self._now} to {time_s}")
         self._now = time_s
+
+
+class WallClock:
+    """Real time for the live controller: seconds since the Unix epoch, never going backwards.
+
+    The live loop only runs events that are already due, so :meth:`advance_to` a past time does nothing; a future
+    time sleeps until then (a loop that waits on its inbox instead never asks for one)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def now(self) -> float:
+        t = time.time()
+        if t < self._last:  # the system clock was set back: hold still rather than reorder events
+            return self._last
+        self._last = t
+        return t
+
+    def advance_to(self, time_s: float) -> None:
+        delay = time_s - self.now()
+        if delay > 0:
+            time.sleep(delay)

@@ -59,7 +59,11 @@ class Executor(Protocol):
         ...
 
     def finished(self, job: JobStatus, now_s: float) -> None:
-        """``job`` completed and released its GPUs; forget anything held for it."""
+        """``job`` completed (or failed) and released its GPUs; forget anything held for it."""
+        ...
+
+    def cancel(self, job: JobStatus, now_s: float) -> None:
+        """A user cancelled the running ``job``: stop it for good (no checkpoint is needed) and forget it."""
         ...
 
     def demand_changed(self, job: JobStatus, now_s: float) -> None:

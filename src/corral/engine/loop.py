@@ -27,8 +27,17 @@ from dataclasses import dataclass
 
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, Upgrade
 from corral.core.errors import InvariantViolation, JobSpecError
-from corral.core.events import DemandChanged, Event, JobFinished, JobSubmitted, TimerFired
-from corral.core.job import JobPhase, JobSpec
+from corral.core.events import (
+    DemandChanged,
+    Event,
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobInterrupted,
+    JobSubmitted,
+    TimerFired,
+)
+from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
 from corral.engine.executor import Executor
@@ -84,6 +93,8 @@ class Engine:
         self._timers: set[float] = set()
         self.rounds = 0
         self.on_submitted: Callable[[int], None] | None = None  # progress hook: number of jobs submitted
+        # Observer of every change to a job (the live controller marks it for its durable store).
+        self.on_change: Callable[[JobStatus, float], None] | None = None
         self.submitted = 0
         executor.bind(self)
 
@@ -126,6 +137,17 @@ class Engine:
             )
         self.queue.push(spec.submit_s, JobSubmitted(spec))
 
+    def restore(self, record: JobStatus, now_s: float) -> JobStatus:
+        """Take back a job known from before a restart (live recovery; see :meth:`ClusterState.restore`)."""
+        job = self.state.restore(record, now_s)
+        self._changed(job, now_s)
+        return job
+
+    def _changed(self, job: JobStatus, now: float) -> None:
+        self.policy.on_job_changed(job, now)
+        if self.on_change is not None:
+            self.on_change(job, now)
+
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self, until_s: float | None = None) -> None:
         """Process events until none are left (or until ``until_s``)."""
@@ -145,13 +167,38 @@ class Engine:
     def _handle(self, event: Event, now: float) -> bool:
         if type(event) is JobFinished:
             job = self.state.job(event.job_id)
+            if event.after_stop and job.phase is JobPhase.PENDING and job.run_epoch == event.run_epoch:
+                self.state.finish_preempted(event.job_id, now)
+                self._changed(job, now)
+                return True
             if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
                 return False  # stale: the job was preempted after this completion was predicted
             if not self.executor.is_current(event):
                 return False  # stale: re-predicted since (its speed changed while it ran)
             self.state.finish(event.job_id, now)
             self.executor.finished(job, now)
-            self.policy.on_job_changed(job, now)
+            self._changed(job, now)
+            return True
+        if type(event) is JobFailed or type(event) is JobInterrupted:
+            job = self.state.job(event.job_id)
+            if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
+                return False  # stale: the run was already preempted, cancelled or replaced
+            if type(event) is JobFailed:
+                self.state.fail(event.job_id, now, event.reason)
+                self.executor.finished(job, now)
+            else:
+                work = self.executor.preempt(job, now)  # what the run achieved; its process is already gone
+                self.state.preempt(event.job_id, now, work)
+            self._changed(job, now)
+            return True
+        if type(event) is JobCancelled:
+            job = self.state.job(event.job_id)
+            if job.phase.is_terminal:
+                return False
+            if job.phase is JobPhase.RUNNING:
+                self.executor.cancel(job, now)
+            self.state.cancel(event.job_id, now, event.reason)
+            self._changed(job, now)
             return True
         if type(event) is DemandChanged:
             job = self.state.job(event.job_id)
@@ -170,7 +217,7 @@ class Engine:
             self._next_arrival(spec)
             job = self.state.add(spec, now)
             reason = self.policy.admit(self.state, spec)
-            self.policy.on_job_changed(job, now)
+            self._changed(job, now)
             if reason is not None:
                 self._apply(Reject(spec.job_id, reason), now)
                 return False
@@ -220,4 +267,4 @@ class Engine:
             raise InvariantViolation(f"unknown action {action!r}")
         if self.decision_log is not None:
             self.decision_log.append(LoggedAction(now, action))
-        self.policy.on_job_changed(job, now)
+        self._changed(job, now)

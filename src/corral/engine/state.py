@@ -394,15 +394,90 @@ class ClusterState:
         self._enqueue(job)
         return job
 
+    def finish_preempted(self, job_id: str, now_s: float) -> JobStatus:
+        """Live mode: a preempted (PENDING) job completed after all: its process finished after the preemption
+        had taken its GPUs back, before it reached the step boundary where it would have stopped."""
+        job = self._expect(job_id, JobPhase.PENDING, "finish a preempted")
+        if job.preemptions == 0:
+            raise InvariantViolation(f"cannot finish job {job_id!r}: it is pending and never ran")
+        self._tenant_tick(job.spec.tenant, now_s)
+        self._dequeue(job)
+        job.queued_s += now_s - job.queued_since_s
+        job.suspended_from = None
+        return self._finished(job, now_s)
+
     def finish(self, job_id: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.RUNNING, "finish")
         self._tenant_tick(job.spec.tenant, now_s)
         self._release(job, now_s)
+        return self._finished(job, now_s)
+
+    def _finished(self, job: JobStatus, now_s: float) -> JobStatus:
         if job.spec.duration_s is not None:
             job.work_done_s = job.spec.duration_s
         job.phase = JobPhase.FINISHED
         job.end_s = now_s
         return job
+
+    def fail(self, job_id: str, now_s: float, reason: str) -> JobStatus:
+        """A running job's run ended in error (live mode): it releases its GPUs and is FAILED for good."""
+        job = self._expect(job_id, JobPhase.RUNNING, "fail")
+        self._tenant_tick(job.spec.tenant, now_s)
+        self._release(job, now_s)
+        job.phase = JobPhase.FAILED
+        job.end_s = now_s
+        job.reason = reason
+        return job
+
+    def cancel(self, job_id: str, now_s: float, reason: str = "cancelled") -> JobStatus:
+        """A user cancelled a pending or running job: it leaves the queue or releases its GPUs."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise InvariantViolation(f"cannot cancel job {job_id!r}: no such job")
+        self._tenant_tick(job.spec.tenant, now_s)
+        if job.phase is JobPhase.RUNNING:
+            self._release(job, now_s)
+        elif job.phase is JobPhase.PENDING:
+            self._dequeue(job)
+            job.queued_s += now_s - job.queued_since_s
+        else:
+            raise InvariantViolation(f"cannot cancel job {job_id!r}: it is {job.phase.value}")
+        job.phase = JobPhase.CANCELLED
+        job.end_s = now_s
+        job.reason = reason
+        return job
+
+    def restore(self, record: JobStatus, now_s: float) -> JobStatus:
+        """Take back a job known from before a restart (live mode recovery), in the phase ``record`` has, with its
+        counters: a PENDING one joins the queue; a RUNNING one takes its placement again, checked like a launch
+        but keeping its run epoch (its process is still that run). Terminal jobs are not kept: they take no part
+        in scheduling."""
+        spec = record.spec
+        if spec.job_id in self._jobs:
+            raise JobSpecError(f"job id {spec.job_id!r} was submitted twice")
+        if record.phase is JobPhase.PENDING:
+            if record.placement is not None:
+                raise InvariantViolation(f"pending job {spec.job_id!r} cannot hold {record.placement}")
+            job = record
+            self._tenant_tick(spec.tenant, now_s)
+            self._enqueue(job)
+            self._jobs[spec.job_id] = job
+            return job
+        if record.phase is not JobPhase.RUNNING or record.placement is None or record.last_start_s is None:
+            raise InvariantViolation(f"cannot restore job {spec.job_id!r} as {record.phase.value}")
+        placement = record.placement
+        record.placement = None
+        try:
+            self._check_placement(record, placement)
+        finally:
+            record.placement = placement
+        self._tenant_tick(spec.tenant, now_s)
+        held = self._take(record, placement)
+        self._jobs[spec.job_id] = record
+        self._running[spec.job_id] = record
+        if held:
+            self._account(now_s, held)
+        return record
 
     def observe_rate(self, job_id: str, rate: float) -> JobStatus:
         """Record the executor's measure of a running job's speed relative to running alone (see ``JobStatus``)."""

@@ -230,6 +230,9 @@ class SimExecutor:
             run.settle(now_s)
             self._leave(run, now_s)
 
+    def cancel(self, job: JobStatus, now_s: float) -> None:
+        self.finished(job, now_s)  # a replay never cancels; an embedding that does just drops the run
+
     def demand_changed(self, job: JobStatus, now_s: float) -> None:
         run = self._runs[job.spec.job_id]
         assert run.switch is not None
