@@ -1,0 +1,1084 @@
+"""The node agent: starts, signals, pauses and watches the processes of the jobs placed on one node, and carries
+the local channel between those jobs and the controller (AntMan's local coordinator sits on top of it).
+
+One agent runs per node; on one machine it lives inside the controller process. The controller calls its
+methods (:meth:`Agent.launch`, :meth:`Agent.preempt`, ...), which return at once, and hears back through one
+callback, ``on_report``, called from the agent's thread with :data:`AgentReport` values in the order things
+happened for each run (``ProcessStarted`` before anything the job says, ``ProcessExited`` last).
+
+How a run is carried out (the job-side view is in :mod:`corral.core.contract`):
+
+- each run gets ``STATE_DIR/runs/<job>/<run>/``; the process started is the shim (:mod:`corral.live.shim`), in a
+  new session whose group id is its pid, and the shim starts the job's command and leaves ``pid``, ``child`` and
+  ``exit.json`` records there (the agent adds ``launch.json`` and ``spawned``, the shim's pid as soon as it is
+  known), so a restarted agent can :meth:`~Agent.adopt` a run that outlived it;
+- the job's output goes to ``STATE_DIR/logs/<job>.log``, appended across runs with a marker line per start and
+  end; its checkpoints to ``STATE_DIR/checkpoints/<job>/``;
+- a preemption asks the job to checkpoint (a :class:`~corral.core.contract.Checkpoint` over the channel when the
+  job is connected, else ``SIGTERM`` to its main process) and ``SIGKILL`` s the process group after the run's
+  grace period; when the shim is gone, whatever is left of its group is killed too, so nothing lingers on a GPU;
+- a launch waits until the job's previous run and every process being stopped on its GPUs have exited, so a
+  preempted job's memory is free before the next one starts.
+
+One thread does all the waiting (a selector over the channel socket, its connections and a pidfd per process,
+with a 0.2 s ``/proc`` poll where pidfds are not available) and all the spawning, so reports come out in order.
+Public methods only change state under a lock and wake that thread.
+
+Job ids reach file names escaped (:func:`safe_name`): any character outside ``[A-Za-z0-9._-]`` becomes ``%XX``,
+and a leading dot too, so an id like ``../x`` can never leave the state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import selectors
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from corral.core import contract
+from corral.core.errors import ConfigError, InputError
+from corral.live.gpus import GpuInfo
+from corral.live.shim import start_ticks, write_atomic
+
+log = logging.getLogger("corral.live.agent")
+
+SHIM_PATH = Path(__file__).with_name("shim.py")
+POLL_S = 0.2  # how often a process is looked at in /proc when pidfds are not available
+_READY_POLL_S = 0.01  # how often a held-back SIGTERM looks for its shim to be ready (its first ~0.1 s only)
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes; keep a margin
+_MAX_OUTBUF = 1 << 20  # a job that reads none of its directives for this long is dropped
+_SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_MAX_NAME = 200
+
+# Popen objects of processes left running by a closed agent: kept referenced so the interpreter does not warn
+# that they are "still running" when the objects are collected (they are meant to outlive the agent).
+_DETACHED: list[subprocess.Popen[bytes]] = []
+
+StopRequest = Literal["preempt", "cancel"]
+
+
+# -- requests and reports -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Start run ``run`` of job ``job_id``: ``command`` in ``cwd`` on the agent's GPUs ``gpus`` (indices into
+    :attr:`Agent.gpus`). The job's environment is the agent's, then ``env``, then the contract's variables."""
+
+    job_id: str
+    run: int
+    command: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    gpus: tuple[int, ...]
+    gpu_milli: int = 1000
+    mem_mib: int | None = None
+    grace_s: float = contract.DEFAULT_GRACE_S
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStarted:
+    """The run's shim is running; ``pid`` is its pid, which is also the id of the run's process group."""
+
+    job_id: str
+    run: int
+    pid: int
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExited:
+    """The run is over (or never started). ``exit_code``/``signal`` are the job's main process's, from the
+    shim's ``exit.json``; both are ``None`` when there is no such record: the whole process group was killed
+    (by the agent after a grace period, or from outside), the process ended while no agent watched and left
+    nothing, or the run could not start. ``requested`` is ``"preempt"`` or ``"cancel"`` when the agent had been
+    asked to stop this run. ``detail`` says what happened in words (which signal, when the agent knows it)."""
+
+    job_id: str
+    run: int
+    exit_code: int | None
+    signal: int | None
+    requested: StopRequest | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobReported:
+    """A step report the job sent over the channel."""
+
+    job_id: str
+    run: int
+    report: contract.StepReport
+
+
+@dataclass(frozen=True, slots=True)
+class JobSaid:
+    """Anything else the job sent over the channel (its hello, paused, resumed, checkpointed)."""
+
+    job_id: str
+    run: int
+    message: contract.Paused | contract.Resumed | contract.Checkpointed | contract.Hello
+
+
+AgentReport = ProcessStarted | ProcessExited | JobReported | JobSaid
+
+
+def safe_name(job_id: str) -> str:
+    """``job_id`` as one safe file name: ``[A-Za-z0-9._-]`` kept, every other byte ``%XX``, a leading dot escaped
+    (no ``.``/``..``), ids too long for a file name cut and suffixed with a hash. Distinct ids give distinct
+    names. Raises ``ValueError`` for an empty id."""
+    if not isinstance(job_id, str) or not job_id:
+        raise ValueError(f"a job id must be a non-empty string, got {job_id!r}")
+    name = "".join(c if c in _SAFE_CHARS else "".join(f"%{b:02X}" for b in c.encode()) for c in job_id)
+    if name.startswith("."):
+        name = "%2E" + name[1:]
+    if len(name) > _MAX_NAME:
+        name = name[: _MAX_NAME - 17] + "~" + hashlib.sha256(job_id.encode()).hexdigest()[:16]
+    return name
+
+
+# -- internal state -------------------------------------------------------------------------------------------
+@dataclass(slots=True, eq=False)
+class _Conn:
+    sock: socket.socket
+    inbuf: bytearray = field(default_factory=bytearray)
+    outbuf: bytearray = field(default_factory=bytearray)
+    key: tuple[str, int] | None = None
+    writing: bool = False  # registered for EVENT_WRITE
+    dead: bool = False  # to be closed by the loop thread
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    job_id: str
+    run: int
+    gpus: tuple[int, ...]
+    grace_s: float
+    req: LaunchRequest | None  # None for an adopted run
+    state: Literal["pending", "spawning", "running"] = "pending"
+    adopted: bool = False
+    pid: int | None = None  # the shim's, = the process group id
+    ticks: int | None = None  # the shim's start time
+    popen: subprocess.Popen[bytes] | None = None
+    pidfd: int | None = None
+    registered: bool = False  # pidfd in the selector
+    requested: StopRequest | None = None
+    term_deferred: bool = False  # SIGTERM held back until the shim forwards signals (its pid file exists)
+    kill_at: float | None = None  # time.monotonic() deadline for SIGKILL
+    killed: bool = False
+    paused_by: Literal["channel", "signal"] | None = None
+    conn: _Conn | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.run)
+
+
+def _signame(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``, or ``None`` where the kernel or Python has none; ``ProcessLookupError`` if gone."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            return None
+        raise
+    return fd
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start ticks) of ``pid``, or ``None`` if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+        return rest[0].decode(), int(rest[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, ticks: int | None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process that started at ``ticks``."""
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X", "x") and (ticks is None or st[1] == ticks)
+
+
+def _read_exit(run_dir: Path) -> tuple[int | None, int | None] | None:
+    """(exit_code, signal) from the shim's ``exit.json``, or ``None`` if there is none (or it is unreadable)."""
+    try:
+        body = json.loads((run_dir / "exit.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    code, sig = body.get("exit_code"), body.get("signal")
+    return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+
+
+def _read_pid(path: Path) -> tuple[int, int] | None:
+    """(pid, start ticks) from a ``pid`` record."""
+    try:
+        pid, ticks = path.read_text().split()
+        return int(pid), int(ticks)
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_exit(code: int | None, sig: int | None) -> str:
+    if sig is not None:
+        return f"killed by signal {sig} ({_signame(sig)})"
+    if code == contract.EXIT_PREEMPTED:
+        return f"exited with code {code} (checkpointed on request)"
+    if code == 127:
+        return "exited with code 127 (command not found)"
+    if code == 126:
+        return "exited with code 126 (command cannot be executed)"
+    return f"exited with code {code}"
+
+
+def _write_marker(path: Path, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"=== corral: {text} ===\n")
+    except OSError as e:
+        log.warning("cannot write to the log %s: %s", path, e)
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+
+
+# -- the agent ------------------------------------------------------------------------------------------------
+class Agent:
+    """The agent of one node. See the module docstring; every public method is thread-safe and returns at once
+    (:meth:`start` and :meth:`close` excepted), and none raises into the controller for a job's sake."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        gpus: Sequence[GpuInfo],
+        on_report: Callable[[AgentReport], None],
+        *,
+        report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S,
+        python: str = sys.executable,
+    ) -> None:
+        self._state_dir = Path(state_dir).absolute()
+        self._gpus = tuple(gpus)
+        self._on_report = on_report
+        self._report_interval_s = report_interval_s
+        self._python = python
+        self._lock = threading.RLock()
+        self._runs: dict[tuple[str, int], _Run] = {}
+        self._pending: list[tuple[str, int]] = []  # launch order
+        self._finished: set[tuple[str, int]] = set()  # reported as exited; later requests for them are no-ops
+        self._outbox: list[AgentReport] = []
+        self._conns: set[_Conn] = set()
+        self._selector: selectors.BaseSelector | None = None
+        self._listener: socket.socket | None = None
+        self._listener_ino: int | None = None
+        self._wake_r = self._wake_w = -1
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._closed = False
+        self._socket_path = self._choose_socket_path()
+
+    # -- paths ------------------------------------------------------------------------------------------------
+    @property
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        return self._gpus
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    @property
+    def socket_path(self) -> Path:
+        """The channel's Unix socket: ``STATE_DIR/agent.sock``, or a short path in the temp directory when that
+        one is too long for a Unix socket address."""
+        return self._socket_path
+
+    def log_path(self, job_id: str) -> Path:
+        return self._state_dir / "logs" / f"{safe_name(job_id)}.log"
+
+    def checkpoint_dir(self, job_id: str) -> Path:
+        return self._state_dir / "checkpoints" / safe_name(job_id)
+
+    def run_dir(self, job_id: str, run: int) -> Path:
+        return self._state_dir / "runs" / safe_name(job_id) / str(int(run))
+
+    def _choose_socket_path(self) -> Path:
+        path = self._state_dir / "agent.sock"
+        if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
+            return path
+        digest = hashlib.sha256(os.fsencode(self._state_dir)).hexdigest()[:16]
+        short = Path(tempfile.gettempdir()) / f"corral-{os.getuid()}-{digest}.sock"
+        if len(os.fsencode(short)) > _MAX_SOCKET_PATH:
+            raise ConfigError(f"state directory {self._state_dir} is too long a path for the agent's Unix socket")
+        return short
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the state directories, listen on the channel socket (replacing a stale one), start the thread.
+        Raises :class:`ConfigError` if another agent already listens there or the directory is unusable."""
+        with self._lock:
+            if self._closed or self._thread is not None:
+                raise RuntimeError("an Agent is started once")
+            try:
+                for sub in ("logs", "runs", "checkpoints"):
+                    (self._state_dir / sub).mkdir(parents=True, exist_ok=True)
+                self._listener = self._bind()
+                self._listener_ino = os.stat(self._socket_path).st_ino
+            except OSError as e:
+                raise ConfigError(f"the agent cannot use its state directory {self._state_dir}: {e}") from None
+            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._listener, selectors.EVENT_READ, ("listen", None))
+            self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+            self._thread = threading.Thread(target=self._loop, name="corral-agent", daemon=True)
+            self._thread.start()
+
+    def _bind(self) -> socket.socket:
+        path = str(self._socket_path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise ConfigError(f"{path} exists and is not a socket; remove it or use another state directory")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.settimeout(1.0)
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # stale: left by an agent that is gone
+            else:
+                raise ConfigError(f"another corral agent is listening on {path}")
+            finally:
+                probe.close()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            os.chmod(path, 0o600)  # only the agent's user may talk to it
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        return listener
+
+    def close(self) -> None:
+        """Stop the thread and close the channel; job processes are left running (a restarted controller adopts
+        them). Launches not yet spawned are forgotten, and so are pending kills. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = self._closing = True
+            self._wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10.0)
+            if thread.is_alive():
+                log.warning("the agent's thread did not stop within 10 s (an on_report callback blocking?)")
+        with self._lock:
+            for conn in list(self._conns):
+                self._close_conn(conn)
+            for run in self._runs.values():
+                if run.pidfd is not None:
+                    self._unwatch(run)
+                if run.popen is not None:
+                    _DETACHED.append(run.popen)
+                    run.popen = None
+            self._runs.clear()
+            self._pending.clear()
+            if self._selector is not None:
+                self._selector.close()
+            if self._listener is not None:
+                self._listener.close()
+                with contextlib.suppress(OSError):  # unlink it only if it is still ours
+                    if os.stat(self._socket_path).st_ino == self._listener_ino:
+                        os.unlink(self._socket_path)
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_r = self._wake_w = -1
+
+    def _wake(self) -> None:
+        if self._wake_w >= 0:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b"\0")
+
+    # -- controller-facing requests ---------------------------------------------------------------------------
+    def launch(self, req: LaunchRequest) -> None:
+        """Start a run as soon as its job's previous run and every process being stopped on its GPUs have exited;
+        then report :class:`ProcessStarted`. Problems are reported as :class:`ProcessExited`, never raised."""
+        with self._lock:
+            if self._closed:
+                log.warning("launch of job %r run %d on a closed agent ignored", req.job_id, req.run)
+                return
+            key = (req.job_id, req.run)
+            if key in self._runs or key in self._finished:
+                log.warning("job %r run %d was already launched here; duplicate launch ignored", req.job_id, req.run)
+                return
+            problem = self._check(req)
+            if problem is not None:
+                self._report_exit(req.job_id, req.run, None, None, None, f"cannot start the job: {problem}")
+                return
+            self._runs[key] = _Run(req.job_id, req.run, tuple(req.gpus), float(req.grace_s), req)
+            self._pending.append(key)
+            self._wake()
+
+    def _check(self, req: LaunchRequest) -> str | None:
+        try:
+            safe_name(req.job_id)
+        except ValueError as e:
+            return str(e)
+        if isinstance(req.run, bool) or not isinstance(req.run, int) or req.run < 0:
+            return f"run must be a non-negative integer, got {req.run!r}"
+        if not req.command or not all(isinstance(a, str) and "\0" not in a for a in req.command):
+            return f"the command must be a non-empty list of strings, got {req.command!r}"
+        if not req.command[0]:
+            return "the command's program name is empty"
+        bad = [g for g in req.gpus if not 0 <= g < len(self._gpus)]
+        if bad or len(set(req.gpus)) != len(req.gpus):
+            return f"GPUs {list(req.gpus)} are not distinct indices of this node's {len(self._gpus)} GPUs"
+        if not req.grace_s >= 0:
+            return f"grace_s must be >= 0, got {req.grace_s!r}"
+        return None
+
+    def preempt(self, job_id: str, run: int) -> None:
+        """Ask the run to checkpoint and exit (:class:`~corral.core.contract.Checkpoint` if connected, else
+        ``SIGTERM``); ``SIGKILL`` its group after its grace period. Its exit comes with ``requested="preempt"``."""
+        self._stop(job_id, run, "preempt")
+
+    def cancel(self, job_id: str, run: int) -> None:
+        """Stop the run (``SIGTERM``, then ``SIGKILL`` after its grace period); a launch not yet spawned is
+        dropped. Its exit comes with ``requested="cancel"``."""
+        self._stop(job_id, run, "cancel")
+
+    def _stop(self, job_id: str, run_no: int, how: StopRequest) -> None:
+        with self._lock:
+            run = self._lookup(job_id, run_no, how)
+            if run is None:
+                return
+            if run.state == "pending":
+                self._pending.remove(run.key)
+                del self._runs[run.key]
+                word = "preempted" if how == "preempt" else "cancelled"
+                self._report_exit(job_id, run_no, None, None, how, f"{word} before it started")
+                self._wake()  # a launch may have waited on this one
+                return
+            if run.requested in ("cancel", how):
+                return  # already being stopped at least as hard
+            first = run.requested is None
+            run.requested = how
+            if run.state == "running":
+                self._begin_stop(run, signal_only=not first)
+
+    def _begin_stop(self, run: _Run, *, signal_only: bool = False) -> None:
+        """Ask a running process to stop (lock held) and set its kill deadline."""
+        asked = False
+        if run.requested == "preempt" and not signal_only:
+            asked = self._send(run, contract.Checkpoint(reason="preempt"))
+        if not asked:
+            self._signal_shim(run, signal.SIGTERM)
+        if run.paused_by == "signal":  # a stopped group cannot act on SIGTERM
+            self._signal_group(run, signal.SIGCONT)
+            run.paused_by = None
+        deadline = time.monotonic() + run.grace_s
+        run.kill_at = deadline if run.kill_at is None else min(run.kill_at, deadline)
+        self._wake()
+
+    def pause(self, job_id: str, run: int) -> None:
+        """Pause the run: :class:`~corral.core.contract.Pause` if connected (GPU memory kept, at a step
+        boundary), else ``SIGSTOP`` to its process group."""
+        with self._lock:
+            r = self._lookup(job_id, run, "pause", running=True)
+            if r is None or r.paused_by is not None or r.requested is not None:
+                return
+            if self._send(r, contract.Pause(reason="pause")):
+                r.paused_by = "channel"
+            elif self._signal_group(r, signal.SIGSTOP):
+                r.paused_by = "signal"
+
+    def resume(self, job_id: str, run: int) -> None:
+        """Resume a paused run: :class:`~corral.core.contract.Resume` if it was paused over the channel and is
+        still connected, else ``SIGCONT`` to its process group."""
+        with self._lock:
+            r = self._lookup(job_id, run, "resume", running=True)
+            if r is None:
+                return
+            if not (r.paused_by == "channel" and self._send(r, contract.Resume())):
+                self._signal_group(r, signal.SIGCONT)
+            r.paused_by = None
+
+    def send(self, job_id: str, run: int, message: contract.SetBatchSize | contract.SetLimits) -> bool:
+        """Send a directive to a connected job; ``False`` if the run is not connected."""
+        with self._lock:
+            r = self._runs.get((job_id, run))
+            return r is not None and r.state == "running" and self._send(r, message)
+
+    def _lookup(self, job_id: str, run: int, what: str, *, running: bool = False) -> _Run | None:
+        r = self._runs.get((job_id, run))
+        if r is None:
+            if (job_id, run) not in self._finished:
+                log.warning("%s: job %r run %d is not known to this agent", what, job_id, run)
+                if what in ("preempt", "cancel"):
+                    # The controller waits for an exit: say there is nothing to wait for.
+                    how: StopRequest = "preempt" if what == "preempt" else "cancel"
+                    self._report_exit(job_id, run, None, None, how, "no such process on this node")
+            return None
+        if running and r.state != "running":
+            log.warning("%s: job %r run %d has not started yet; ignored", what, job_id, run)
+            return None
+        return r
+
+    def processes(self) -> list[tuple[str, int]]:
+        """The runs the agent is responsible for: waiting to start, running, or being stopped."""
+        with self._lock:
+            return list(self._runs)
+
+    # -- adopting runs after a restart ------------------------------------------------------------------------
+    def adopt(self, job_id: str, run: int, grace_s: float | None = None) -> bool:
+        """Take over a run started by an earlier agent. If it ended, report its exit at once; if its shim still
+        runs (same pid and start time), watch it and report its exit later; ``True`` in both cases. ``False``
+        when there is no live process and no record (the controller requeues the job from its checkpoint).
+        ``grace_s`` defaults to the one the run was launched with."""
+        try:
+            rd = self.run_dir(job_id, run)
+        except ValueError:
+            return False
+        with self._lock:
+            key = (job_id, run)
+            if key in self._runs:
+                return True
+            record = _read_exit(rd)
+            pid_rec = _read_pid(rd / "pid") or _read_pid(rd / "spawned")
+            if record is None and pid_rec is not None and _alive(*pid_rec):
+                pid, ticks = pid_rec
+                try:
+                    pidfd = _open_pidfd(pid)
+                except ProcessLookupError:
+                    pidfd = None
+                    alive = False
+                else:
+                    alive = _alive(pid, ticks)  # again: the pidfd must be for the shim, not a reused pid
+                if alive:
+                    launched = self._read_launch(rd)
+                    gpus = tuple(int(g) for g in launched.get("gpus", ()))
+                    grace = grace_s if grace_s is not None else float(launched.get("grace_s", contract.DEFAULT_GRACE_S))
+                    r = _Run(job_id, run, gpus, grace, None, state="running", adopted=True, pid=pid, ticks=ticks)
+                    r.pidfd = pidfd
+                    st = _proc_stat(pid)
+                    if st is not None and st[0] == "T":
+                        r.paused_by = "signal"
+                    self._runs[key] = r
+                    self._finished.discard(key)
+                    self._wake()
+                    return True
+                if pidfd is not None:
+                    os.close(pidfd)
+                record = _read_exit(rd)  # it may have ended between the two looks
+            if record is None:
+                return False
+            if pid_rec is not None and _alive(*pid_rec):  # exit recorded, shim finishing: clear its group
+                self._kill_group(pid_rec[0])
+            code, sig = record
+            detail = _describe_exit(code, sig) + " (while no agent watched)"
+            _write_marker(self.log_path(job_id), f"run {run} ended {_now_text()}: {detail}")
+            self._report_exit(job_id, run, code, sig, None, detail)
+            return True
+
+    @staticmethod
+    def _read_launch(rd: Path) -> dict[str, Any]:
+        try:
+            body = json.loads((rd / "launch.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    # -- signals and the channel (lock held) ------------------------------------------------------------------
+    def _signal_shim(self, run: _Run, signum: int) -> bool:
+        """Signal the shim (it forwards SIGTERM/SIGINT/SIGHUP to the job's main process). A SIGTERM that comes
+        before the shim has its handlers would kill it, leaving no record: it is held back until then."""
+        if run.pid is None:
+            return False
+        if signum == signal.SIGTERM and not self._shim_ready(run):
+            run.term_deferred = True
+            self._wake()
+            return True
+        try:
+            if run.pidfd is not None:  # immune to pid reuse
+                signal.pidfd_send_signal(run.pidfd, signum)
+            else:
+                os.kill(run.pid, signum)
+        except (ProcessLookupError, PermissionError) as e:
+            log.info("job %r run %d: %s not delivered (%s)", run.job_id, run.run, _signame(signum), e)
+            return False
+        return True
+
+    def _shim_ready(self, run: _Run) -> bool:
+        return (self.run_dir(run.job_id, run.run) / "pid").exists()
+
+    def _signal_group(self, run: _Run, signum: int) -> bool:
+        if run.pid is None:
+            return False
+        try:
+            os.killpg(run.pid, signum)
+        except (ProcessLookupError, PermissionError) as e:
+            log.info("job %r run %d: %s to its group not delivered (%s)", run.job_id, run.run, _signame(signum), e)
+            return False
+        return True
+
+    @staticmethod
+    def _kill_group(pgid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    def _send(self, run: _Run, message: contract.Message) -> bool:
+        conn = run.conn
+        if conn is None or conn.dead:
+            return False
+        data = contract.encode(message)
+        if conn.outbuf:
+            conn.outbuf += data
+        else:
+            try:
+                sent = conn.sock.send(data, socket.MSG_NOSIGNAL)
+            except BlockingIOError:
+                sent = 0
+            except OSError as e:
+                log.info("job %r run %d: channel lost while sending (%s)", run.job_id, run.run, e)
+                self._mark_dead(conn)
+                return False
+            if sent < len(data):
+                conn.outbuf += data[sent:]
+        if len(conn.outbuf) > _MAX_OUTBUF:
+            log.warning("job %r run %d reads none of its directives; channel dropped", run.job_id, run.run)
+            self._mark_dead(conn)
+            return False
+        if conn.outbuf:
+            self._wake()
+        return True
+
+    def _mark_dead(self, conn: _Conn) -> None:
+        conn.dead = True
+        if conn.key is not None:
+            r = self._runs.get(conn.key)
+            if r is not None and r.conn is conn:
+                r.conn = None
+        self._wake()
+
+    # -- reports (lock held) ----------------------------------------------------------------------------------
+    def _report_exit(
+        self, job_id: str, run: int, code: int | None, sig: int | None, requested: StopRequest | None, detail: str
+    ) -> None:
+        self._finished.add((job_id, run))
+        self._outbox.append(ProcessExited(job_id, run, code, sig, requested, detail))
+        self._wake()
+
+    def _flush_reports(self) -> None:
+        with self._lock:
+            batch, self._outbox = self._outbox, []
+        for report in batch:
+            try:
+                self._on_report(report)
+            except Exception:
+                log.exception("on_report failed on %r", report)
+
+    # -- the thread -------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        selector = self._selector
+        assert selector is not None
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
+                self._sync_selector(selector)
+                timeout = self._next_timeout()
+            try:
+                events = selector.select(timeout)
+            except OSError as e:  # pragma: no cover - a selector that fails is a bug to see, not to spin on
+                log.exception("agent selector failed: %s", e)
+                time.sleep(POLL_S)
+                continue
+            for key, mask in events:
+                kind, obj = key.data
+                try:
+                    if kind == "wake":
+                        with contextlib.suppress(BlockingIOError):
+                            while os.read(self._wake_r, 4096):
+                                pass
+                    elif kind == "listen":
+                        self._accept()
+                    elif kind == "conn":
+                        self._on_conn_event(obj, mask)
+                    elif kind == "proc":
+                        with self._lock:
+                            if obj.key in self._runs and self._runs[obj.key] is obj:
+                                self._ended(obj)
+                except Exception:
+                    log.exception("agent: error handling %s event", kind)
+            try:
+                self._tick()
+                self._spawn_ready()
+            except Exception:
+                log.exception("agent: error in its loop")
+            self._flush_reports()
+
+    def _sync_selector(self, selector: selectors.BaseSelector) -> None:
+        for conn in list(self._conns):
+            if conn.dead:
+                self._close_conn(conn)
+            elif bool(conn.outbuf) != conn.writing:
+                conn.writing = bool(conn.outbuf)
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0)
+                selector.modify(conn.sock, events, ("conn", conn))
+        for run in self._runs.values():
+            if run.pidfd is not None and not run.registered:
+                selector.register(run.pidfd, selectors.EVENT_READ, ("proc", run))
+                run.registered = True
+
+    def _next_timeout(self) -> float | None:
+        now = time.monotonic()
+        timeout: float | None = None
+        for run in self._runs.values():
+            if run.kill_at is not None:
+                wait = max(0.0, run.kill_at - now)
+                timeout = wait if timeout is None else min(timeout, wait)
+            if run.state == "running" and run.pidfd is None:
+                timeout = POLL_S if timeout is None else min(timeout, POLL_S)
+            if run.term_deferred:
+                timeout = _READY_POLL_S if timeout is None else min(timeout, _READY_POLL_S)
+        return timeout
+
+    def _tick(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for run in list(self._runs.values()):
+                if run.state != "running":
+                    continue
+                if run.term_deferred and not run.killed and self._shim_ready(run):
+                    run.term_deferred = False
+                    self._signal_shim(run, signal.SIGTERM)
+                if run.kill_at is not None and run.kill_at <= now:
+                    run.kill_at = None
+                    run.killed = True
+                    log.info("job %r run %d did not exit within %.1f s; killing it", run.job_id, run.run, run.grace_s)
+                    self._signal_group(run, signal.SIGKILL)
+                if run.pidfd is None and run.pid is not None and not _alive(run.pid, run.ticks):
+                    self._ended(run)
+
+    # -- spawning ---------------------------------------------------------------------------------------------
+    def _may_start(self, run: _Run) -> bool:
+        gpus = set(run.gpus)
+        for other in self._runs.values():
+            if other is run:
+                continue
+            if other.job_id == run.job_id and other.run < run.run:
+                return False  # the job's previous run is still here
+            if other.requested is not None and other.state != "pending" and gpus.intersection(other.gpus):
+                return False  # a process being stopped still holds one of the GPUs
+        return True
+
+    def _spawn_ready(self) -> None:
+        with self._lock:
+            ready = [self._runs[k] for k in self._pending if self._may_start(self._runs[k])]
+            for run in ready:
+                self._pending.remove(run.key)
+                run.state = "spawning"
+        for run in ready:
+            self._spawn(run)
+
+    def _job_env(self, req: LaunchRequest) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in contract.ALL_ENV:
+            env.pop(name, None)  # the agent's own (if it runs inside a corral job) must not leak
+        env.update(req.env)
+        gpus = [self._gpus[i] for i in req.gpus]
+        stand_in = any(g.stand_in for g in gpus) if gpus else any(g.stand_in for g in self._gpus)
+        env[contract.ENV_JOB_ID] = req.job_id
+        env[contract.ENV_RUN] = str(req.run)
+        env[contract.ENV_AGENT_SOCKET] = str(self._socket_path)
+        env[contract.ENV_CHECKPOINT_DIR] = str(self.checkpoint_dir(req.job_id))
+        env[contract.ENV_GPU_MILLI] = str(req.gpu_milli)
+        if req.mem_mib is not None:
+            env[contract.ENV_GPU_MEM_MIB] = str(req.mem_mib)
+        env[contract.ENV_STAND_IN] = "1" if stand_in else "0"
+        env[contract.ENV_GPUS] = ",".join(str(i) for i in req.gpus)
+        env[contract.ENV_GRACE_S] = str(float(req.grace_s))
+        env[contract.ENV_REPORT_INTERVAL_S] = str(float(self._report_interval_s))
+        if stand_in:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus)
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's default order is not NVML's; make the indices agree
+        return env
+
+    def _spawn(self, run: _Run) -> None:
+        """Start a run's shim (lock not held: starting a process takes milliseconds)."""
+        req = run.req
+        assert req is not None
+        rd = self.run_dir(req.job_id, req.run)
+        log_path = self.log_path(req.job_id)
+        popen: subprocess.Popen[bytes] | None = None
+        try:
+            if not os.path.isdir(req.cwd):
+                raise _SpawnError(f"working directory {req.cwd!r} does not exist")
+            rd.mkdir(parents=True, exist_ok=True)
+            for stale in ("exit.json", "pid", "child", "spawned"):
+                with contextlib.suppress(FileNotFoundError):
+                    (rd / stale).unlink()
+            self.checkpoint_dir(req.job_id).mkdir(parents=True, exist_ok=True)
+            launched = {
+                "job_id": req.job_id,
+                "run": req.run,
+                "command": list(req.command),
+                "cwd": req.cwd,
+                "gpus": list(req.gpus),
+                "grace_s": req.grace_s,
+                "launched_at": time.time(),
+            }
+            write_atomic(str(rd / "launch.json"), json.dumps(launched) + "\n")
+            env = self._job_env(req)
+            gpus_text = ",".join(str(i) for i in req.gpus) or "none"
+            with open(log_path, "ab") as logf:
+                what = f"run {req.run} started {_now_text()} on GPUs {gpus_text}: {shlex.join(req.command)}"
+                logf.write(f"=== corral: {what} ===\n".encode(errors="replace"))
+                logf.flush()
+                popen = subprocess.Popen(
+                    [self._python, "-I", "-S", str(SHIM_PATH), str(rd), "--", *req.command],
+                    cwd=req.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except (_SpawnError, OSError, ValueError, subprocess.SubprocessError) as e:
+            detail = f"cannot start the job: {e}"
+            log.warning("job %r run %d: %s", req.job_id, req.run, detail)
+            _write_marker(log_path, f"run {req.run} not started: {detail}")
+            with self._lock:
+                self._runs.pop(run.key, None)
+                self._report_exit(req.job_id, req.run, None, None, run.requested, detail)
+            return
+        started_at = time.time()
+        pid = popen.pid
+        ticks = start_ticks(pid)  # our unreaped child: /proc/<pid> is there
+        # The shim writes its own ``pid`` record once it forwards signals; this one closes the window before.
+        with contextlib.suppress(OSError):
+            write_atomic(str(rd / "spawned"), f"{pid} {ticks}\n")
+        pidfd = _open_pidfd(pid)
+        with self._lock:
+            run.state, run.pid, run.ticks, run.popen, run.pidfd = "running", pid, ticks, popen, pidfd
+            self._outbox.append(ProcessStarted(req.job_id, req.run, pid, started_at))
+            if run.requested is not None:  # stopped while it was being started
+                self._begin_stop(run)
+
+    # -- process exit (lock held) -----------------------------------------------------------------------------
+    def _unwatch(self, run: _Run) -> None:
+        if run.pidfd is None:
+            return
+        if run.registered and self._selector is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(run.pidfd)
+        os.close(run.pidfd)
+        run.pidfd = None
+        run.registered = False
+
+    def _ended(self, run: _Run) -> None:
+        """The shim is gone (or a zombie): clear its group, read its record, report."""
+        assert run.pid is not None
+        self._unwatch(run)
+        # While the shim is an unreaped zombie its pid cannot be reused, so this reaches only its own group.
+        self._kill_group(run.pid)
+        status: int | None = None
+        if run.popen is not None:
+            status = run.popen.wait()
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(run.pid, os.WNOHANG)  # ours after all (adopted within the same process)
+        record = _read_exit(self.run_dir(run.job_id, run.run))
+        code: int | None = None
+        sig: int | None = None
+        if record is not None:
+            code, sig = record
+            detail = _describe_exit(code, sig)
+        elif run.killed:
+            detail = f"killed (SIGKILL to its process group) {run.grace_s:g} s after the {run.requested} request"
+        elif status is not None and status < 0:
+            detail = f"its process group was killed by {_signame(-status)}; no exit record"
+        elif status is not None:
+            detail = f"the corral shim failed with code {status} and left no exit record; see the job's log"
+        else:
+            detail = "its process ended without an exit record (its process group was killed)"
+        if run.killed and record is not None:
+            detail += f" (killed {run.grace_s:g} s after the {run.requested} request)"
+        if run.conn is not None:
+            self._mark_dead(run.conn)
+        del self._runs[run.key]
+        _write_marker(self.log_path(run.job_id), f"run {run.run} ended {_now_text()}: {detail}")
+        self._report_exit(run.job_id, run.run, code, sig, run.requested, detail)
+
+    # -- the channel (loop thread) ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        assert self._listener is not None and self._selector is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("agent socket: accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            conn = _Conn(sock)
+            with self._lock:
+                self._conns.add(conn)
+                self._selector.register(sock, selectors.EVENT_READ, ("conn", conn))
+
+    def _close_conn(self, conn: _Conn) -> None:
+        self._conns.discard(conn)
+        if self._selector is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(conn.sock)
+        conn.sock.close()
+        if conn.key is not None:
+            r = self._runs.get(conn.key)
+            if r is not None and r.conn is conn:
+                r.conn = None
+
+    def _drop(self, conn: _Conn, why: str) -> None:
+        who = f"job {conn.key[0]!r} run {conn.key[1]}" if conn.key else "an unidentified connection"
+        log.warning("agent channel: dropping %s: %s", who, why)
+        with self._lock:
+            self._close_conn(conn)
+
+    def _on_conn_event(self, conn: _Conn, mask: int) -> None:
+        if conn.dead or conn.sock.fileno() < 0:
+            return
+        if mask & selectors.EVENT_WRITE:
+            with self._lock:
+                try:
+                    sent = conn.sock.send(conn.outbuf, socket.MSG_NOSIGNAL) if conn.outbuf else 0
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    self._close_conn(conn)
+                    return
+                del conn.outbuf[:sent]
+        if not mask & selectors.EVENT_READ:
+            return
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the job closed its end (it exited, or reconnects later)
+            with self._lock:
+                self._close_conn(conn)
+            return
+        conn.inbuf += data
+        while True:
+            end = conn.inbuf.find(b"\n")
+            if end < 0:
+                if len(conn.inbuf) > contract.MAX_MESSAGE_BYTES:
+                    self._drop(conn, f"a message longer than {contract.MAX_MESSAGE_BYTES} bytes")
+                return
+            line = bytes(conn.inbuf[:end])
+            del conn.inbuf[: end + 1]
+            if not line.strip():
+                continue
+            try:
+                message = contract.decode(line)
+            except InputError as e:
+                self._drop(conn, str(e))
+                return
+            if not self._on_message(conn, message):
+                return
+
+    def _on_message(self, conn: _Conn, message: contract.Message) -> bool:
+        """Handle one message; ``False`` if the connection was dropped."""
+        if conn.key is None:
+            if not isinstance(message, contract.Hello):
+                self._drop(conn, f"the first message must be a hello, got {message.type!r}")
+                return False
+            with self._lock:
+                run = self._runs.get((message.job_id, message.run))
+                if run is None or run.state != "running":
+                    log.info(
+                        "agent channel: hello from job %r run %d, which is not running here",
+                        message.job_id,
+                        message.run,
+                    )
+                    self._close_conn(conn)
+                    return False
+                if run.conn is not None and run.conn is not conn:  # the job reconnected: the old one is stale
+                    self._mark_dead(run.conn)
+                run.conn = conn
+                conn.key = run.key
+                self._outbox.append(JobSaid(run.job_id, run.run, message))
+            return True
+        if isinstance(
+            message, contract.Pause | contract.Resume | contract.Checkpoint | contract.SetBatchSize | contract.SetLimits
+        ):
+            self._drop(conn, f"a job may not send the directive {message.type!r}")
+            return False
+        with self._lock:
+            run = self._runs.get(conn.key)
+            if run is None or run.conn is not conn:
+                self._close_conn(conn)
+                return False
+            if isinstance(message, contract.Hello):
+                log.warning("agent channel: job %r run %d said hello twice; ignored", run.job_id, run.run)
+                return True
+            if (message.job_id, message.run) != run.key:
+                log.warning(
+                    "agent channel: job %r run %d sent a %s for job %r run %d; ignored",
+                    run.job_id,
+                    run.run,
+                    message.type,
+                    message.job_id,
+                    message.run,
+                )
+                return True
+            if isinstance(message, contract.StepReport):
+                self._outbox.append(JobReported(run.job_id, run.run, message))
+                return True
+            if isinstance(message, contract.Paused) and run.paused_by is None:
+                run.paused_by = "channel"
+            elif isinstance(message, contract.Resumed) and run.paused_by == "channel":
+                run.paused_by = None
+            self._outbox.append(JobSaid(run.job_id, run.run, message))
+        return True
+
+
+class _SpawnError(Exception):
+    """A launch that cannot start, with the reason in words."""
