@@ -1,0 +1,887 @@
+"""The live controller: the engine on a wall clock, a durable store, and agents that run real processes.
+
+It is the simulator's :class:`~corral.engine.loop.Engine` with the same :class:`~corral.engine.state.ClusterState`
+and the same policies; only the executor and the clock differ. :class:`LiveExecutor` turns the engine's
+decisions into process actions (start, checkpoint-and-exit, pause, resume, stop) for a node's agent, and the
+controller turns what agents report (a process started, exited, measured its steps) back into engine events.
+
+One thread runs the loop; everything else talks to it through an inbox:
+
+- the API's threads commit a submission to the store, then post it; reads come from the store (and, for the
+  cluster view, from a snapshot the loop thread builds on request);
+- the agent's threads post their reports;
+- each turn of the loop takes what is in the inbox, runs every engine event now due (a scheduling round when
+  anything changed), writes every changed job and process state to the store in one transaction, commits it,
+  and only then sends the agent the actions of the turn. So the store always knows at least what the agent was
+  asked to do: after a ``kill -9`` nothing the API accepted is lost and no process is started twice.
+
+A job's *process* is kept apart from its engine phase (:class:`~corral.live.records.ProcessState`): a
+preempted job is PENDING at once, while its process may still be saving a checkpoint; the agent starts the
+job's next run only after that process has exited. Processes are numbered by run (``CORRAL_RUN``), which is
+not the engine's run epoch: a suspended job resumed in place keeps its process and its run number.
+
+Recovery (:meth:`Controller.recover`, called by :meth:`Controller.start`): every job not in a terminal phase is
+taken back. A running job whose process the agent can still see is reattached and keeps running; one whose
+process is gone goes back to the queue with its progress and restarts from its last checkpoint.
+
+The same class runs on a :class:`~corral.engine.clock.VirtualClock` with a
+:class:`~corral.live.virtual.VirtualAgent` (:meth:`Controller.run_virtual`): the parity test replays a trace
+through the controller and through the simulator and compares the decision logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from corral.core import contract
+from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
+from corral.core.errors import CorralError, InvariantViolation
+from corral.core.events import JobCancelled, JobFailed, JobFinished, JobInterrupted, TimerFired
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
+from corral.core.tenant import Tenant
+from corral.engine.clock import Clock, WallClock
+from corral.engine.loop import Engine
+from corral.engine.state import ClusterState
+from corral.live.agent import AgentReport, JobReported, JobSaid, LaunchRequest, ProcessExited, ProcessStarted
+from corral.live.gpus import GpuInfo
+from corral.live.records import (
+    BadRequest,
+    ClusterSnapshot,
+    GpuJob,
+    GpuSnapshot,
+    JobRecord,
+    JobRequest,
+    ProcessPhase,
+    ProcessState,
+    TenantSnapshot,
+)
+from corral.live.store import JobEvent, Store
+from corral.policies.base import BasePolicy
+
+if TYPE_CHECKING:
+    from corral.live.config import ServeConfig
+
+log = logging.getLogger("corral.live.controller")
+
+T = TypeVar("T")
+
+
+class AgentLike(Protocol):
+    """What the controller needs of a node agent (:class:`corral.live.agent.Agent`, or the virtual one)."""
+
+    @property
+    def gpus(self) -> tuple[GpuInfo, ...]: ...
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    def launch(self, req: LaunchRequest) -> None: ...
+    def preempt(self, job_id: str, run: int) -> None: ...
+    def cancel(self, job_id: str, run: int) -> None: ...
+    def pause(self, job_id: str, run: int) -> None: ...
+    def resume(self, job_id: str, run: int) -> None: ...
+    def send(self, job_id: str, run: int, message: contract.SetBatchSize | contract.SetLimits) -> bool: ...
+    def adopt(self, job_id: str, run: int) -> bool: ...
+    def log_path(self, job_id: str) -> Path: ...
+
+
+def cluster_for(gpus: Sequence[GpuInfo], tenants: Iterable[Tenant], name: str = "local") -> tuple[Cluster, list[int]]:
+    """The scheduler's model of one machine: a node per GPU type (a node is homogeneous), in the order the
+    agent numbers them. Returns the cluster and, for each engine GPU index, the agent's GPU index."""
+    by_type: dict[str, list[GpuInfo]] = {}
+    for g in gpus:
+        by_type.setdefault(g.type_name, []).append(g)
+    types: list[GpuType] = []
+    nodes: list[NodeSpec] = []
+    order: list[int] = []
+    for type_name, group in by_type.items():
+        types.append(GpuType(type_name, min(g.mem_mib for g in group)))
+        node = name if len(by_type) == 1 else f"{name}-{type_name}"
+        nodes.append(NodeSpec(node, type_name, len(group)))
+        order.extend(g.index for g in group)
+    return Cluster(name, tuple(types), tuple(nodes), tuple(tenants)), order
+
+
+@dataclass(slots=True)
+class _Item:
+    """One thing for the loop: a submission, a cancellation, an agent report, or a call from another thread."""
+
+    kind: str
+    payload: Any = None
+    done: threading.Event | None = None
+    result: Any = None
+    error: BaseException | None = None
+
+
+class LiveExecutor:
+    """The executor seam for live mode: the engine's decisions as process actions, queued until the turn's
+    writes are committed (see the module docstring)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._c = controller
+
+    def bind(self, sink: Any) -> None:  # reports reach the engine through the controller's inbox instead
+        pass
+
+    def launch(self, job: JobStatus, now_s: float) -> None:
+        c = self._c
+        job_id = job.spec.job_id
+        proc = c.process(job_id)
+        placement = job.placement
+        assert placement is not None
+        held = job.suspended_from
+        if proc.phase is ProcessPhase.PAUSED and held is not None and held.gpus == placement.gpus:
+            proc.phase = ProcessPhase.RUNNING  # Gandiva's resume in place: same process, same GPUs
+            run = proc.run
+            c.command(lambda: c.agent.resume(job_id, run))
+            c.note(job_id, "resumed", f"run {run} on GPUs {_gpus(placement)}")
+            return
+        if proc.phase is ProcessPhase.PAUSED:  # resumed elsewhere: the paused process checkpoints and exits first
+            old = proc.run
+            c.command(lambda: c.agent.preempt(job_id, old))
+        proc.run += 1
+        proc.phase = ProcessPhase.STARTING
+        proc.pid = None
+        proc.exit_code = proc.exit_signal = None
+        proc.stopping_for = None
+        run_no = proc.run
+        # The request is made when the turn's writes are committed, from the placement the job holds then: a
+        # later action of the same round (AntMan resizes or upgrades what it just launched) is already in it.
+        c.command(lambda: c.agent.launch(c.launch_request(job, run_no)))
+        c.note(job_id, "launched", f"run {proc.run} on GPUs {_gpus(placement)} at {placement.gpu_milli} milli")
+
+    def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
+        c = self._c
+        job_id = job.spec.job_id
+        proc = c.process(job_id)
+        run = proc.run
+        if proc.phase in (ProcessPhase.STARTING, ProcessPhase.RUNNING):
+            if suspend:
+                proc.phase = ProcessPhase.PAUSED
+                c.command(lambda: c.agent.pause(job_id, run))
+                c.note(job_id, "suspended", f"run {run} paused, memory kept")
+            else:
+                proc.phase = ProcessPhase.STOPPING
+                proc.stopping_for = "preempt"
+                c.command(lambda: c.agent.preempt(job_id, run))
+                c.note(job_id, "preempted", f"run {run} asked to checkpoint and exit")
+        last = job.last_start_s
+        # Live jobs have no known duration: progress is measured in time held, as Tiresias' attained service.
+        return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
+
+    def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
+        c = self._c
+        job_id = job.spec.job_id
+        after = job.placement
+        assert after is not None
+        proc = c.process(job_id)
+        if after.gpus != before.gpus:  # an upgrade onto other GPUs: a migration through a checkpoint
+            old = proc.run
+            c.command(lambda: c.agent.preempt(job_id, old))
+            self.launch(job, now_s)
+            return
+        limits = contract.SetLimits(
+            gpu_milli=after.gpu_milli if after.opportunistic else FULL_GPU_MILLI,
+            mem_mib=after.mem_mib,
+        )
+        run = proc.run
+        c.command(lambda: c.agent.send(job_id, run, limits))
+        c.note(job_id, "resized", f"share {limits.gpu_milli} milli, memory {after.mem_mib} MiB")
+
+    def finished(self, job: JobStatus, now_s: float) -> None:
+        pass  # its process already exited: that is how the engine learnt it finished (or failed)
+
+    def cancel(self, job: JobStatus, now_s: float) -> None:
+        c = self._c
+        job_id = job.spec.job_id
+        proc = c.process(job_id)
+        if proc.phase is not ProcessPhase.NONE:
+            proc.phase = ProcessPhase.STOPPING
+            proc.stopping_for = "cancel"
+            run = proc.run
+            c.command(lambda: c.agent.cancel(job_id, run))
+
+    def demand_changed(self, job: JobStatus, now_s: float) -> None:
+        pass  # only the simulator models demand changes; a real job's demand shows in its telemetry
+
+    def is_current(self, event: object) -> bool:
+        return True  # a real exit is real
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What a turn has changed and not yet committed."""
+
+    jobs: dict[str, JobStatus] = field(default_factory=dict)
+    notes: list[tuple[float, str, str, str]] = field(default_factory=list)
+    commands: list[Callable[[], object]] = field(default_factory=list)
+
+
+class Controller:
+    """The engine, its store and its agent. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        policy: BasePolicy,
+        store: Store,
+        agent: AgentLike,
+        clock: Clock | None = None,
+        gpu_order: Sequence[int] | None = None,
+        grace_s: float = contract.DEFAULT_GRACE_S,
+        record_decisions: bool = False,
+        config: ServeConfig | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster_spec = cluster
+        self.topology = Topology(cluster)
+        self.policy = policy
+        self.store = store
+        self.agent = agent
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.grace_s = grace_s
+        self.gpu_order = list(gpu_order) if gpu_order is not None else list(range(self.topology.num_gpus))
+        self.state = ClusterState(self.topology, cluster.tenants, queue_key=policy.queue_key)
+        self.executor = LiveExecutor(self)
+        self.engine = Engine(self.state, policy, self.executor, self.clock, record_decisions=record_decisions)
+        self.engine.on_change = self._changed
+        self._tenants = {t.name: t for t in cluster.tenants}
+        self._inbox: queue.Queue[_Item] = queue.Queue()
+        self._turn_changes = _Pending()
+        self._proc: dict[str, ProcessState] = {}
+        self._requests: dict[str, JobRequest] = {}
+        self._seq: dict[str, int] = {}
+        self._phase: dict[str, JobPhase] = {}
+        self._telemetry: dict[str, Telemetry] = {}
+        self._telemetry_lock = threading.Lock()
+        self._submit_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._agent_started = False
+        self._turn_now = 0.0  # the time of the turn in progress: what its notes are stamped with
+
+    # ------------------------------------------------------------------------------------------------------
+    # Construction from a serve configuration
+    # ------------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: ServeConfig) -> Controller:
+        from corral.live.agent import Agent
+        from corral.live.gpus import discover_gpus
+        from corral.policies.registry import make_policy
+
+        gpus = discover_gpus(config.gpus, stand_in_mem_mib=config.stand_in_mem_mib)
+        tenants = [Tenant(t.name, t.quota_gpus) for t in config.tenants]
+        cluster, order = cluster_for(gpus, tenants)
+        policy = make_policy(config.policy)
+        state_dir = Path(config.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        store = Store(state_dir / "corral.db")
+        holder: list[Controller] = []
+
+        def deliver(report: AgentReport) -> None:
+            holder[0].deliver(report)
+
+        agent = Agent(state_dir, gpus, deliver)
+        controller = cls(
+            cluster=cluster,
+            policy=policy,
+            store=store,
+            agent=agent,
+            gpu_order=order,
+            grace_s=config.grace_s,
+            config=config,
+        )
+        holder.append(controller)
+        return controller
+
+    # ------------------------------------------------------------------------------------------------------
+    # Life cycle
+    # ------------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the agent, take back what the store knows, and run the loop in a thread."""
+        if self._thread is not None:
+            return
+        self.agent.start()
+        self._agent_started = True
+        self.recover()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, name="corral-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop and the agent. Job processes keep running: the next start reattaches them."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._inbox.put(_Item("wake"))
+            thread.join(timeout=10)
+        if self._agent_started:
+            self.agent.close()
+            self._agent_started = False
+
+    def recover(self) -> None:
+        """Take back every unfinished job from the store (see the module docstring). Runs before the loop."""
+        now = self._turn_now = self.clock.now()
+        changes = self._turn_changes
+        for rec in self.store.unfinished():
+            job_id, proc, status = rec.job_id, rec.process, rec.status
+            self._requests[job_id] = rec.request
+            self._seq[job_id] = rec.seq
+            self._proc[job_id] = proc
+            alive = proc.phase is not ProcessPhase.NONE and self.agent.adopt(job_id, proc.run)
+            if status.phase.is_terminal:  # cancelled or failed while its process was being stopped
+                if alive:
+                    run = proc.run
+                    self.command(partial(self.agent.cancel, job_id, run))
+                else:
+                    proc.phase = ProcessPhase.NONE
+                    changes.jobs[job_id] = status
+                continue
+            if not alive:
+                proc.phase = ProcessPhase.NONE
+            if status.phase is JobPhase.RUNNING and proc.phase in (ProcessPhase.RUNNING, ProcessPhase.STARTING):
+                try:
+                    job = self.engine.restore(status, now)
+                except InvariantViolation as e:  # the machine or the quotas changed while we were down
+                    log.warning("job %s cannot keep its GPUs after the restart (%s); requeued", job_id, e)
+                    run = proc.run
+                    self.command(partial(self.agent.preempt, job_id, run))
+                    proc.phase = ProcessPhase.STOPPING
+                    proc.stopping_for = "preempt"
+                    job = self.engine.restore(_requeued(status, now), now)
+                self.note(job_id, "reattached" if job.phase is JobPhase.RUNNING else "requeued", f"run {proc.run}")
+                continue
+            if status.phase is JobPhase.RUNNING:  # its process is gone: back to the queue, from its checkpoint
+                status = _requeued(status, now)
+                self.note(
+                    job_id, "requeued", f"run {proc.run} was gone after the restart; restarts from its checkpoint"
+                )
+            if proc.phase is ProcessPhase.STOPPING:
+                run = proc.run
+                self.command(partial(self.agent.preempt, job_id, run))
+            elif proc.phase is not ProcessPhase.PAUSED:
+                status.suspended_from = None
+            self.engine.restore(status, now)
+        # A round soon after, even if nothing else happens: the restored queue may fit now.
+        self.engine.schedule(now, TimerFired("restart"))
+        self._flush(now)
+
+    # ------------------------------------------------------------------------------------------------------
+    # The loop
+    # ------------------------------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            queue_ = self.engine.queue
+            timeout = 0.5
+            if queue_:
+                timeout = min(timeout, max(0.0, queue_.peek_time() - self.clock.now()))
+            items: list[_Item] = []
+            try:
+                items.append(self._inbox.get(timeout=timeout))
+                while True:
+                    items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                pass
+            try:
+                self._turn(self.clock.now(), items)
+            except Exception:  # a bug; keep serving the API but say so loudly
+                log.exception("controller turn failed")
+                for item in items:
+                    if item.done is not None and not item.done.is_set():
+                        item.error = CorralError("the controller failed on this request; see its log")
+                        item.done.set()
+
+    def _turn(self, now: float, items: Iterable[_Item]) -> None:
+        self._turn_now = now
+        calls = []
+        for item in items:
+            if item.kind == "submit":
+                spec, request = item.payload
+                self._requests[spec.job_id] = request
+                self.engine.submit(spec)
+            elif item.kind == "cancel":
+                self.engine.schedule(now, JobCancelled(item.payload, "cancelled by a user"))
+            elif item.kind == "report":
+                self._on_report(item.payload, now)
+            elif item.kind == "call":
+                calls.append(item)
+            if item.kind != "call" and item.done is not None:
+                calls.append(item)
+        self.engine.run(until_s=now)
+        self._flush(now)
+        for item in calls:
+            if item.kind == "call":
+                try:
+                    item.result = item.payload()
+                except BaseException as e:  # handed back to the caller's thread
+                    item.error = e
+            assert item.done is not None
+            item.done.set()
+
+    def _flush(self, now: float) -> None:
+        """Commit the turn's changes, then act on them (the durability rule)."""
+        changes, self._turn_changes = self._turn_changes, _Pending()
+        if changes.jobs or changes.notes:
+            with self.store.transaction():
+                for job_id, job in changes.jobs.items():
+                    proc = self.process(job_id)
+                    if job_id in self._seq:
+                        self.store.update(job, proc)
+                    else:  # a job fed straight to the engine (virtual-clock runs)
+                        seq = self.store.next_seq()
+                        self._seq[job_id] = seq
+                        self.store.insert(seq, self._request_of(job.spec), job, proc)
+                for t, job_id, kind, detail in changes.notes:
+                    self.store.log(t, job_id, kind, detail)
+        for command in changes.commands:
+            try:
+                command()
+            except Exception:
+                log.exception("agent command failed")
+        for job_id, job in changes.jobs.items():  # forget what no longer takes part (the store has it)
+            if job.phase.is_terminal and self.process(job_id).phase is ProcessPhase.NONE:
+                self._forget(job_id)
+
+    def _forget(self, job_id: str) -> None:
+        self._proc.pop(job_id, None)
+        self._requests.pop(job_id, None)
+        self._phase.pop(job_id, None)
+        with self._telemetry_lock:
+            self._telemetry.pop(job_id, None)
+
+    # -- virtual clock ------------------------------------------------------------------------------------------
+    def feed(self, jobs: Iterable[JobSpec]) -> None:
+        """Virtual-clock runs: stream trace jobs to the engine (they are written to the store as they arrive)."""
+        self.engine.feed(jobs)
+
+    def run_virtual(self) -> None:
+        """Run to the end on a virtual clock, with an agent that reports in virtual time (see
+        :class:`~corral.live.virtual.VirtualAgent`): each step goes to the earliest engine event or agent
+        report, exactly as :meth:`Engine.run` goes from event to event."""
+        agent = self.agent
+        next_report = getattr(agent, "next_report_s", None)
+        due = getattr(agent, "reports_due", None)
+        if next_report is None or due is None:
+            raise CorralError("run_virtual needs an agent that reports in virtual time (VirtualAgent)")
+        self.recover()
+        while True:
+            t_engine = self.engine.queue.peek_time() if self.engine.queue else math.inf
+            t_agent = next_report()
+            t = min(t_engine, math.inf if t_agent is None else t_agent)
+            if t == math.inf:
+                break
+            self.clock.advance_to(t)
+            items = [_Item("report", r) for r in due(t)]
+            self._turn(t, items)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Helpers for the executor (loop thread only)
+    # ------------------------------------------------------------------------------------------------------
+    def process(self, job_id: str) -> ProcessState:
+        proc = self._proc.get(job_id)
+        if proc is None:
+            proc = self._proc[job_id] = ProcessState()
+        return proc
+
+    def command(self, action: Callable[[], object]) -> None:
+        self._turn_changes.commands.append(action)
+
+    def note(self, job_id: str, kind: str, detail: str = "") -> None:
+        self._turn_changes.notes.append((self._turn_now, job_id, kind, detail))
+        job = self.state.job(job_id) if job_id in self.state else None
+        if job is not None:
+            self._turn_changes.jobs[job_id] = job
+
+    def launch_request(self, job: JobStatus, run: int) -> LaunchRequest:
+        request = self._request_of(job.spec)
+        placement = job.placement
+        assert placement is not None
+        return LaunchRequest(
+            job_id=job.spec.job_id,
+            run=run,
+            command=request.command,
+            cwd=request.cwd,
+            env=request.env,
+            gpus=tuple(self.gpu_order[g] for g in placement.gpus),
+            gpu_milli=placement.gpu_milli,
+            mem_mib=placement.mem_mib,
+            grace_s=self.grace_s,
+        )
+
+    def _request_of(self, spec: JobSpec) -> JobRequest:
+        request = self._requests.get(spec.job_id)
+        if request is None:  # a trace job fed on a virtual clock: it has no command of its own
+            request = self._requests[spec.job_id] = JobRequest(
+                command=("true",),
+                tenant=spec.tenant,
+                num_gpus=spec.num_gpus,
+                gpu_milli=spec.gpu_milli,
+                opportunistic=spec.job_class is JobClass.OPPORTUNISTIC,
+                name=spec.job_id,
+            )
+        return request
+
+    def _changed(self, job: JobStatus, now: float) -> None:
+        job_id = job.spec.job_id
+        self._turn_changes.jobs[job_id] = job
+        before = self._phase.get(job_id)
+        if job.phase is not before:
+            self._phase[job_id] = job.phase
+            if job.phase.is_terminal:
+                self._turn_changes.notes.append((now, job_id, job.phase.value, job.reason or ""))
+            if job.phase is not JobPhase.RUNNING:
+                with self._telemetry_lock:
+                    self._telemetry.pop(job_id, None)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Agent reports
+    # ------------------------------------------------------------------------------------------------------
+    def deliver(self, report: AgentReport) -> None:
+        """Called from the agent's threads."""
+        self._inbox.put(_Item("report", report))
+
+    def _on_report(self, report: AgentReport, now: float) -> None:
+        job_id = report.job_id
+        if isinstance(report, JobSaid):  # history, even from a run that has since ended (its exit may come first)
+            message = report.message
+            if isinstance(message, contract.Hello):
+                self._hello(job_id, report.run)
+                return
+            if isinstance(message, contract.Checkpointed):
+                self.note(job_id, "checkpointed", f"run {report.run} at step {message.step}")
+            elif isinstance(message, contract.Paused | contract.Resumed):
+                self.note(job_id, message.type, f"run {report.run} at step {message.step}")
+            return
+        proc = self._proc.get(job_id)
+        if proc is None or proc.run != report.run:
+            return  # an earlier run's news, or a job already forgotten
+        job = self.state.job(job_id) if job_id in self.state else None
+        if isinstance(report, ProcessStarted):
+            if proc.phase is ProcessPhase.STARTING:
+                proc.phase = ProcessPhase.RUNNING
+            proc.pid = report.pid
+            self.note(job_id, "started", f"run {report.run}, pid {report.pid}")
+        elif isinstance(report, ProcessExited):
+            self._on_exit(job_id, proc, job, report, now)
+        elif isinstance(report, JobReported) and job is not None and job.phase is JobPhase.RUNNING:
+            tel = _telemetry(report.report, now)
+            self.engine.report(job_id, tel)
+            with self._telemetry_lock:
+                self._telemetry[job_id] = tel
+
+    def _hello(self, job_id: str, run: int) -> None:
+        """A job (re)connected: tell it the limits it has now, which may have changed since it started (a resize
+        sent while it was not connected yet, or while the controller was down, never reached it)."""
+        proc = self._proc.get(job_id)
+        job = self.state.job(job_id) if job_id in self.state else None
+        if proc is None or proc.run != run or job is None or job.phase is not JobPhase.RUNNING:
+            return
+        placement = job.placement
+        assert placement is not None
+        limits = contract.SetLimits(
+            gpu_milli=placement.gpu_milli if placement.opportunistic else FULL_GPU_MILLI, mem_mib=placement.mem_mib
+        )
+        self.command(partial(self.agent.send, job_id, run, limits))
+
+    def _on_exit(
+        self, job_id: str, proc: ProcessState, job: JobStatus | None, report: ProcessExited, now: float
+    ) -> None:
+        was = proc.phase
+        proc.phase = ProcessPhase.NONE
+        proc.exit_code, proc.exit_signal = report.exit_code, report.signal
+        proc.stopping_for = None
+        how = _exit_words(report)
+        self.note(job_id, "exited", f"run {report.run}: {how}")
+        if job is None:
+            return
+        if job.phase is JobPhase.RUNNING and was in (ProcessPhase.RUNNING, ProcessPhase.STARTING):
+            epoch = job.run_epoch
+            if was is ProcessPhase.STARTING and report.exit_code is None and report.signal is None:
+                # It never started (no such working directory, ...): starting it again would fail the same way.
+                self.engine.schedule(now, JobFailed(job_id, epoch, f"could not start: {report.detail}"))
+            elif report.exit_code == contract.EXIT_FINISHED:
+                self.engine.schedule(now, JobFinished(job_id, epoch))
+            elif report.exit_code == contract.EXIT_PREEMPTED or (report.exit_code is None and report.signal is None):
+                self.engine.schedule(now, JobInterrupted(job_id, epoch, how))
+            else:
+                self.engine.schedule(now, JobFailed(job_id, epoch, how))
+        elif job.phase is JobPhase.PENDING and report.exit_code == contract.EXIT_FINISHED and job.preemptions:
+            # It completed before it reached the step boundary where it would have stopped.
+            self.engine.schedule(now, JobFinished(job_id, job.run_epoch, after_stop=True))
+        elif job.phase is JobPhase.PENDING and was is ProcessPhase.PAUSED:
+            job.suspended_from = None  # its paused process is gone: the next launch restarts from a checkpoint
+        if job.phase.is_terminal:
+            self._turn_changes.jobs[job_id] = job
+
+    # ------------------------------------------------------------------------------------------------------
+    # The API's side (any thread)
+    # ------------------------------------------------------------------------------------------------------
+    def submit(self, request: JobRequest) -> JobRecord:
+        """Check a request, commit it, and queue it for the loop. Raises :class:`BadRequest`, changing nothing."""
+        self._check(request)
+        job_class = JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED
+        with self._submit_lock:
+            seq = self.store.next_seq()
+            spec = JobSpec(
+                job_id=str(seq),
+                submit_s=self.clock.now(),
+                num_gpus=request.num_gpus,
+                tenant=request.tenant,
+                gpu_milli=request.gpu_milli,
+                job_class=job_class,
+                priority=request.priority,
+                gpu_mem_mib=request.gpu_mem_mib,
+            )
+            status = JobStatus(spec=spec, queued_since_s=spec.submit_s)
+            with self.store.transaction():
+                self.store.insert(seq, request, status, ProcessState())
+                self.store.log(spec.submit_s, spec.job_id, "submitted", _describe(request))
+            self._seq[spec.job_id] = seq
+        self._inbox.put(_Item("submit", (spec, request)))
+        return self.job(spec.job_id)
+
+    def _check(self, request: JobRequest) -> None:
+        tenant = self._tenants.get(request.tenant)
+        if tenant is None:
+            raise BadRequest(
+                404, f"unknown tenant {request.tenant!r}; tenants here: {', '.join(sorted(self._tenants))}"
+            )
+        if not request.command or not all(isinstance(a, str) and a and "\0" not in a for a in request.command):
+            raise BadRequest(422, "command must be a non-empty list of non-empty strings without NUL characters")
+        n, milli = request.num_gpus, request.gpu_milli
+        if type(n) is not int or n < 1:
+            raise BadRequest(422, f"num_gpus must be an integer >= 1, got {n!r}")
+        total = self.topology.num_gpus
+        if n > total:
+            raise BadRequest(422, f"the job asks for {n} GPUs; this cluster has {total}")
+        largest = max(self.topology.node_num_gpus)
+        if n > largest:
+            raise BadRequest(422, f"the job asks for {n} GPUs; the largest node here has {largest}")
+        if type(milli) is not int or not 1 <= milli <= FULL_GPU_MILLI:
+            raise BadRequest(422, f"gpu_milli must be an integer in 1..1000, got {milli!r}")
+        if n > 1 and milli != FULL_GPU_MILLI:
+            raise BadRequest(422, "a fractional GPU share (gpu_milli < 1000) needs num_gpus == 1")
+        if request.gpu_mem_mib is not None:
+            most = max(self.topology.gpu_mem_mib)
+            if type(request.gpu_mem_mib) is not int or not 0 <= request.gpu_mem_mib <= most:
+                raise BadRequest(422, f"gpu_mem_mib must be an integer in 0..{most}, got {request.gpu_mem_mib!r}")
+        if not request.opportunistic and tenant.quota_gpus is not None and n * milli > tenant.quota_gpus * 1000:
+            raise BadRequest(
+                422,
+                f"tenant {tenant.name!r} has a quota of {tenant.quota_gpus} GPUs; a guaranteed job of "
+                f"{n * milli / 1000:g} GPUs could never start (submit it as opportunistic to run on spare GPUs)",
+            )
+        if not os.path.isdir(request.cwd):
+            raise BadRequest(422, f"working directory {request.cwd!r} does not exist on the server")
+        for key, value in request.env.items():
+            if not key or "=" in key or "\0" in key or not isinstance(value, str) or "\0" in value:
+                raise BadRequest(422, f"environment variable {key!r}: names and values must be plain strings")
+            if key in contract.ALL_ENV:
+                raise BadRequest(422, f"environment variable {key!r} is set by corral (see corral.core.contract)")
+        if request.name is not None and len(request.name) > 200:
+            raise BadRequest(422, "name is longer than 200 characters")
+
+    def cancel(self, job_id: str) -> JobRecord:
+        record = self.job(job_id)
+        if record.phase.is_terminal:
+            raise BadRequest(409, f"job {job_id} already ended ({record.phase.value})")
+        done = threading.Event()
+        self._inbox.put(_Item("cancel", job_id, done=done))
+        done.wait(timeout=5)
+        return self.job(job_id)
+
+    def job(self, job_id: str) -> JobRecord:
+        record = self.store.get(job_id)
+        if record is None:
+            raise BadRequest(404, f"no job {job_id!r}")
+        return self._with_telemetry(record)
+
+    def jobs(
+        self, *, tenant: str | None = None, phases: Iterable[JobPhase] | None = None, limit: int | None = None
+    ) -> list[JobRecord]:
+        return [self._with_telemetry(r) for r in self.store.jobs(tenant=tenant, phases=phases, limit=limit)]
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        self.job(job_id)
+        return self.store.events(job_id)
+
+    def log_path(self, job_id: str) -> Path:
+        return self.agent.log_path(job_id)
+
+    def _with_telemetry(self, record: JobRecord) -> JobRecord:
+        with self._telemetry_lock:
+            tel = self._telemetry.get(record.job_id)
+        if tel is None:
+            return record
+        return JobRecord(record.seq, record.request, record.status, record.process, tel)
+
+    def call(self, fn: Callable[[], T], timeout_s: float = 10.0) -> T:
+        """Run ``fn`` on the loop thread (where the engine's state may be read) and return its result."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return fn()
+        item = _Item("call", fn, done=threading.Event())
+        self._inbox.put(item)
+        if not item.done or not item.done.wait(timeout_s):
+            raise CorralError("the controller did not answer in time")
+        if item.error is not None:
+            raise item.error
+        result: T = item.result
+        return result
+
+    def wait_idle(self, timeout_s: float = 10.0) -> bool:
+        """(Tests.) Wait until no engine event is due and no job is starting or stopping."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+
+            def idle() -> bool:
+                q = self.engine.queue
+                due = bool(q) and q.peek_time() <= self.clock.now()
+                busy = any(p.phase in (ProcessPhase.STARTING, ProcessPhase.STOPPING) for p in self._proc.values())
+                return not due and not busy and self._inbox.empty()
+
+            if self.call(idle):
+                return True
+            time.sleep(0.02)
+        return False
+
+    def cluster(self) -> ClusterSnapshot:
+        return self.call(self._cluster_snapshot)
+
+    def tenants(self) -> list[TenantSnapshot]:
+        return self.call(self._tenant_snapshot)
+
+    def _cluster_snapshot(self) -> ClusterSnapshot:
+        topo, state = self.topology, self.state
+        per_gpu: list[list[GpuJob]] = [[] for _ in range(topo.num_gpus)]
+        for job in state.running():
+            p = job.placement
+            assert p is not None
+            for g in p.gpus:
+                per_gpu[g].append(GpuJob(job.spec.job_id, job.spec.tenant, p.gpu_milli, p.opportunistic))
+        gpus = self.agent.gpus
+        by_index = {g.index: g for g in gpus}
+        out = []
+        for g in range(topo.num_gpus):
+            info = by_index[self.gpu_order[g]]
+            measured = state.gpu_sm_used(g)
+            out.append(
+                GpuSnapshot(
+                    index=info.index,
+                    node=topo.node_names[topo.gpu_node[g]],
+                    type_name=info.type_name,
+                    mem_mib=info.mem_mib,
+                    stand_in=info.stand_in,
+                    allocated_milli=FULL_GPU_MILLI - state.gpu_free_milli(g),
+                    jobs=tuple(per_gpu[g]),
+                    sm_util=measured / FULL_GPU_MILLI if per_gpu[g] else None,
+                    mem_used_mib=state.gpu_mem_used_mib(g) if per_gpu[g] else None,
+                )
+            )
+        return ClusterSnapshot(
+            policy=self.policy.describe(),
+            gpus=tuple(out),
+            allocated_gpus=state.allocated_milli / FULL_GPU_MILLI,
+            num_gpus=topo.num_gpus,
+            pending=state.num_pending,
+            running=state.num_running,
+        )
+
+    def _tenant_snapshot(self) -> list[TenantSnapshot]:
+        counts: dict[str, list[float]] = {t: [0.0, 0.0, 0, 0] for t in self._tenants}
+        for job in self.state.running():
+            c = counts.setdefault(job.spec.tenant, [0.0, 0.0, 0, 0])
+            p = job.placement
+            assert p is not None
+            share = p.num_gpus * p.gpu_milli / FULL_GPU_MILLI
+            if p.opportunistic:
+                c[1] += share
+            elif job.job_class is JobClass.GUARANTEED:
+                c[0] += share
+            c[2] += 1
+        for job in self.state.pending():
+            counts.setdefault(job.spec.tenant, [0.0, 0.0, 0, 0])[3] += 1
+        return [
+            TenantSnapshot(
+                name=name,
+                quota_gpus=self._tenants[name].quota_gpus if name in self._tenants else None,
+                guaranteed_gpus=c[0],
+                opportunistic_gpus=c[1],
+                running=int(c[2]),
+                pending=int(c[3]),
+            )
+            for name, c in counts.items()
+        ]
+
+
+# -- small helpers ------------------------------------------------------------------------------------------------
+def _requeued(status: JobStatus, now: float) -> JobStatus:
+    """A running job whose process is gone, as the pending job it becomes (its time held counted up to now)."""
+    last = status.last_start_s if status.last_start_s is not None else now
+    status.executed_s += max(0.0, now - last)
+    status.work_done_s += max(0.0, now - last)
+    status.phase = JobPhase.PENDING
+    status.placement = None
+    status.suspended_from = None
+    status.preemptions += 1
+    status.queued_since_s = now
+    status.telemetry = None
+    status.observed_rate = None
+    return status
+
+
+def _gpus(p: Placement) -> str:
+    return ",".join(map(str, p.gpus))
+
+
+def _describe(request: JobRequest) -> str:
+    kind = "opportunistic" if request.opportunistic else "guaranteed"
+    share = f"{request.num_gpus} GPU(s)" if request.gpu_milli == FULL_GPU_MILLI else f"{request.gpu_milli} milli-GPU"
+    return f"{kind}, {share}, tenant {request.tenant}"
+
+
+def _exit_words(report: ProcessExited) -> str:
+    if report.exit_code is not None:
+        words = f"exited with code {report.exit_code}"
+    elif report.signal is not None:
+        try:
+            name = signal.Signals(report.signal).name
+        except ValueError:
+            name = f"signal {report.signal}"
+        words = f"killed by {name}"
+    else:
+        words = "process gone without an exit record"
+    if report.requested:
+        words += f" (asked to stop: {report.requested})"
+    if report.detail and report.exit_code is None and report.signal is None:
+        words += f": {report.detail}"
+    return words
+
+
+def _telemetry(report: contract.StepReport, now: float) -> Telemetry:
+    """A job's step report as the engine's telemetry. On a CPU (stand-in GPUs) the busy fraction of its steps
+    stands in for SM use; issue-6-style NVML per-process figures replace it on real GPUs."""
+    step = report.step_time_s if report.step_time_s > 0 and math.isfinite(report.step_time_s) else 1e-9
+    busy = min(1.0, max(0.0, report.busy_s / step)) if math.isfinite(report.busy_s) else 0.0
+    mem = max(0, int(report.mem_peak_mib))
+    return Telemetry(
+        time_s=now,
+        step_time_s=step,
+        solo_step_time_s=None,
+        mem_peak_mib=mem,
+        mem_mean_mib=mem,
+        mem_need_mib=mem,
+        sm_util=busy,
+    )

@@ -1,0 +1,266 @@
+"""What live mode keeps about a job besides the engine's :class:`~corral.core.job.JobStatus`: the command a user
+submitted (:class:`JobRequest`), and the process side of its current run (:class:`ProcessState`). A
+:class:`JobRecord` is both together, as the durable store holds it and the API shows it.
+
+Also the (de)serialization of ``JobStatus`` to plain JSON-able dicts for the store: every field the engine needs
+to take a job back after a restart (its spec, phase, placement, run epoch and counters).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from corral.core.errors import CorralError
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
+
+MAX_COMMAND_ARGS = 4096
+MAX_NAME_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A job as a user submits it: a command to run on ``num_gpus`` GPUs (checked by the controller)."""
+
+    command: tuple[str, ...]
+    tenant: str
+    num_gpus: int = 1
+    gpu_milli: int = FULL_GPU_MILLI
+    opportunistic: bool = False
+    name: str | None = None
+    cwd: str = "."
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpu_mem_mib: int | None = None
+    priority: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": list(self.command),
+            "tenant": self.tenant,
+            "num_gpus": self.num_gpus,
+            "gpu_milli": self.gpu_milli,
+            "opportunistic": self.opportunistic,
+            "name": self.name,
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "gpu_mem_mib": self.gpu_mem_mib,
+            "priority": self.priority,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> JobRequest:
+        return cls(
+            command=tuple(d["command"]),
+            tenant=d["tenant"],
+            num_gpus=d["num_gpus"],
+            gpu_milli=d["gpu_milli"],
+            opportunistic=d["opportunistic"],
+            name=d.get("name"),
+            cwd=d["cwd"],
+            env=dict(d.get("env") or {}),
+            gpu_mem_mib=d.get("gpu_mem_mib"),
+            priority=d.get("priority", 0),
+        )
+
+
+class ProcessPhase(StrEnum):
+    """Where the process of a job's latest run stands (kept apart from the engine's phase: a preempted job is
+    PENDING while its process may still be saving its checkpoint)."""
+
+    NONE = "none"  # no process: never started, or its last one exited
+    STARTING = "starting"  # launch committed; the agent starts it (after its GPUs' previous occupants exit)
+    RUNNING = "running"
+    PAUSED = "paused"  # suspended (Gandiva time slicing): alive, GPU memory kept, not stepping
+    STOPPING = "stopping"  # asked to checkpoint and exit (preemption), or to stop (cancel)
+
+
+@dataclass(slots=True)
+class ProcessState:
+    """The process side of a job: which run has (or had) a process, in what state, and how the last one ended."""
+
+    run: int = 0
+    phase: ProcessPhase = ProcessPhase.NONE
+    pid: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    stopping_for: str | None = None  # "preempt" or "cancel" while STOPPING
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "phase": self.phase.value,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "exit_signal": self.exit_signal,
+            "stopping_for": self.stopping_for,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProcessState:
+        return cls(
+            run=d["run"],
+            phase=ProcessPhase(d["phase"]),
+            pid=d.get("pid"),
+            exit_code=d.get("exit_code"),
+            exit_signal=d.get("exit_signal"),
+            stopping_for=d.get("stopping_for"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as the store holds it and the API shows it."""
+
+    seq: int
+    request: JobRequest
+    status: JobStatus
+    process: ProcessState
+    telemetry: Telemetry | None = None  # the latest report (not durable: reports are frequent and re-sent)
+
+    @property
+    def job_id(self) -> str:
+        return self.status.spec.job_id
+
+    @property
+    def phase(self) -> JobPhase:
+        return self.status.phase
+
+
+class BadRequest(CorralError):
+    """A request the controller refuses, changing nothing; ``status`` is the HTTP status the API answers with
+    (400 malformed, 403 not yours, 404 unknown, 409 conflicting with the job's state, 413 too large, 422 a value
+    out of range or impossible here)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class GpuJob:
+    """One job on a GPU, as ``corral cluster`` shows it."""
+
+    job_id: str
+    tenant: str
+    gpu_milli: int
+    opportunistic: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    index: int
+    node: str
+    type_name: str
+    mem_mib: int
+    stand_in: bool
+    allocated_milli: int  # share given to ordinary (guaranteed or whole-GPU) placements
+    jobs: tuple[GpuJob, ...]
+    sm_util: float | None  # measured (NVML, or the jobs' reports on stand-ins); None when nothing measured it
+    mem_used_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    policy: str
+    gpus: tuple[GpuSnapshot, ...]
+    allocated_gpus: float
+    num_gpus: int
+    pending: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSnapshot:
+    name: str
+    quota_gpus: int | None
+    guaranteed_gpus: float  # held by its guaranteed jobs (what counts against the quota)
+    opportunistic_gpus: float  # shares capped for its opportunistic jobs
+    running: int
+    pending: int
+
+
+# -- JobStatus <-> JSON ---------------------------------------------------------------------------------------
+def spec_to_json(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "job_id": spec.job_id,
+        "submit_s": spec.submit_s,
+        "num_gpus": spec.num_gpus,
+        "duration_s": spec.duration_s,
+        "tenant": spec.tenant,
+        "gpu_milli": spec.gpu_milli,
+        "model": spec.model,
+        "job_class": spec.job_class.value,
+        "priority": spec.priority,
+        "gpu_types": list(spec.gpu_types),
+        "gpu_mem_mib": spec.gpu_mem_mib,
+    }
+
+
+def spec_from_json(d: Mapping[str, Any]) -> JobSpec:
+    return JobSpec(
+        job_id=d["job_id"],
+        submit_s=d["submit_s"],
+        num_gpus=d["num_gpus"],
+        duration_s=d.get("duration_s"),
+        tenant=d["tenant"],
+        gpu_milli=d["gpu_milli"],
+        model=d.get("model"),
+        job_class=JobClass(d["job_class"]),
+        priority=d.get("priority", 0),
+        gpu_types=tuple(d.get("gpu_types") or ()),
+        gpu_mem_mib=d.get("gpu_mem_mib"),
+    )
+
+
+def placement_to_json(p: Placement | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"gpus": list(p.gpus), "gpu_milli": p.gpu_milli, "mem_mib": p.mem_mib, "opportunistic": p.opportunistic}
+
+
+def placement_from_json(d: Mapping[str, Any] | None) -> Placement | None:
+    if d is None:
+        return None
+    return Placement(tuple(d["gpus"]), d["gpu_milli"], d.get("mem_mib"), bool(d.get("opportunistic", False)))
+
+
+_COUNTERS = (
+    "first_start_s",
+    "last_start_s",
+    "end_s",
+    "executed_s",
+    "work_done_s",
+    "queued_s",
+    "queued_since_s",
+    "preemptions",
+    "run_epoch",
+    "reason",
+    "upgraded",
+)
+
+
+def status_to_json(job: JobStatus) -> dict[str, Any]:
+    d: dict[str, Any] = {name: getattr(job, name) for name in _COUNTERS}
+    d["spec"] = spec_to_json(job.spec)
+    d["phase"] = job.phase.value
+    d["placement"] = placement_to_json(job.placement)
+    d["suspended_from"] = placement_to_json(job.suspended_from)
+    for k, v in d.items():  # JSON has no inf/nan; none should ever be here
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"job {job.spec.job_id!r}: field {k} is {v}")
+    return d
+
+
+def status_from_json(d: Mapping[str, Any]) -> JobStatus:
+    job = JobStatus(spec=spec_from_json(d["spec"]), phase=JobPhase(d["phase"]))
+    for name in _COUNTERS:
+        setattr(job, name, d[name])
+    job.placement = placement_from_json(d.get("placement"))
+    job.suspended_from = placement_from_json(d.get("suspended_from"))
+    return job

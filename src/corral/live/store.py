@@ -1,0 +1,236 @@
+"""The controller's durable store: every job, its phase, placement and process, and an event log, in SQLite.
+
+The rule (DESIGN, "What must stay true"): every submitted job, phase change and placement is committed before it
+is acted on. The controller writes a whole turn of its loop (the submissions it took, the engine's changes to
+jobs, the process states it is about to ask for) in one transaction and commits it before it sends anything to
+an agent; the API commits a submission before it answers. So after a ``kill -9`` the store knows every job the
+API accepted and every process the controller may have started.
+
+SQLite runs in WAL mode with ``synchronous=FULL``: a commit survives the process's death and the machine's. One
+connection, guarded by a lock, serves every thread (the API's and the loop's); reads are short.
+
+Tables: ``jobs`` (one row per job: the request, the engine's status and the process state as JSON, plus indexed
+columns), ``events`` (what happened to each job, for ``corral job ID``) and ``meta`` (schema version).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.core.errors import ConfigError
+from corral.core.job import JobPhase, JobStatus
+from corral.live.records import (
+    JobRecord,
+    JobRequest,
+    ProcessState,
+    status_from_json,
+    status_to_json,
+)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY,
+    job_id TEXT UNIQUE NOT NULL,
+    tenant TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    request TEXT NOT NULL,
+    status TEXT NOT NULL,
+    process TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, seq);
+CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase, seq);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    time_s REAL NOT NULL,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One line of a job's history."""
+
+    time_s: float
+    job_id: str
+    kind: str
+    detail: str
+
+
+class Store:
+    """The SQLite store. ``path`` may be ``":memory:"`` (tests, virtual-clock runs)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as e:
+            raise ConfigError(f"cannot open the state database {self.path}: {e}") from None
+        self._lock = threading.RLock()
+        self._in_tx = False
+        db = self._db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.executescript(_SCHEMA)
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise ConfigError(
+                f"{self.path}: state database schema {row[0]} is not the {SCHEMA_VERSION} this corral reads"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writes ---------------------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes; committed (durably) when the block ends, rolled back if it raises. Nests."""
+        with self._lock:
+            if self._in_tx:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_tx = True
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+            finally:
+                self._in_tx = False
+
+    def next_seq(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
+            return int(row[0])
+
+    def insert(self, seq: int, request: JobRequest, status: JobStatus, process: ProcessState) -> None:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO jobs (seq, job_id, tenant, phase, request, status, process) VALUES (?,?,?,?,?,?,?)",
+                (
+                    seq,
+                    status.spec.job_id,
+                    status.spec.tenant,
+                    status.phase.value,
+                    json.dumps(request.to_json()),
+                    json.dumps(status_to_json(status)),
+                    json.dumps(process.to_json()),
+                ),
+            )
+
+    def update(self, status: JobStatus, process: ProcessState | None = None) -> None:
+        """Write a job's engine status (and process state, if given)."""
+        with self.transaction():
+            if process is None:
+                self._db.execute(
+                    "UPDATE jobs SET phase=?, status=? WHERE job_id=?",
+                    (status.phase.value, json.dumps(status_to_json(status)), status.spec.job_id),
+                )
+            else:
+                self._db.execute(
+                    "UPDATE jobs SET phase=?, status=?, process=? WHERE job_id=?",
+                    (
+                        status.phase.value,
+                        json.dumps(status_to_json(status)),
+                        json.dumps(process.to_json()),
+                        status.spec.job_id,
+                    ),
+                )
+
+    def update_process(self, job_id: str, process: ProcessState) -> None:
+        with self.transaction():
+            self._db.execute("UPDATE jobs SET process=? WHERE job_id=?", (json.dumps(process.to_json()), job_id))
+
+    def log(self, time_s: float, job_id: str, kind: str, detail: str = "") -> None:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO events (time_s, job_id, kind, detail) VALUES (?,?,?,?)", (time_s, job_id, kind, detail)
+            )
+
+    # -- reads ----------------------------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, request, status, process FROM jobs WHERE job_id=?", (job_id,)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def jobs(
+        self,
+        *,
+        tenant: str | None = None,
+        phases: Iterable[JobPhase] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        """Jobs in submission order, filtered by tenant and phase; ``limit`` keeps the newest ones."""
+        where, args = [], []
+        if tenant is not None:
+            where.append("tenant=?")
+            args.append(tenant)
+        if phases is not None:
+            names = [p.value for p in phases]
+            where.append(f"phase IN ({','.join('?' * len(names))})")
+            args.extend(names)
+        sql = "SELECT seq, request, status, process FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql} ORDER BY seq DESC LIMIT {int(limit)})"
+        sql += " ORDER BY seq"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_record(r) for r in rows]
+
+    def unfinished(self) -> list[JobRecord]:
+        """Every job a restarted controller must take back: not in a terminal phase, or with a process that may
+        still be alive (a job cancelled or failed while its process was stopping)."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, request, status, process FROM jobs ORDER BY seq").fetchall()
+        out = []
+        for r in rows:
+            rec = _record(r)
+            if not rec.phase.is_terminal or rec.process.phase.value != "none":
+                out.append(rec)
+        return out
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT time_s, job_id, kind, detail FROM events WHERE job_id=? ORDER BY seq", (job_id,)
+            ).fetchall()
+        return [JobEvent(*r) for r in rows]
+
+    def count_by_phase(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT phase, COUNT(*) FROM jobs GROUP BY phase").fetchall()
+        return {str(p): int(n) for p, n in rows}
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    seq, request, status, process = row
+    return JobRecord(
+        seq=int(seq),
+        request=JobRequest.from_json(json.loads(request)),
+        status=status_from_json(json.loads(status)),
+        process=ProcessState.from_json(json.loads(process)),
+    )

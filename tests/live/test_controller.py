@@ -1,0 +1,217 @@
+"""The live controller with its real agent and real processes on stand-in GPUs: submit, run, finish, fail,
+queue within quotas, cancel, and the durability rule (the store knows every job and process)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.core.job import JobPhase
+from corral.live.config import ServeConfig, TenantConfig
+from corral.live.controller import Controller
+from corral.live.records import BadRequest, JobRecord, JobRequest, ProcessPhase
+from corral.live.store import Store
+
+PY = sys.executable
+
+
+def _config(tmp_path: Path, **kw: object) -> ServeConfig:
+    base: dict[str, object] = dict(
+        state_dir=tmp_path / "state",
+        gpus=2,
+        tenants=(TenantConfig("alice", 1), TenantConfig("bob", 1)),
+        grace_s=2.0,
+        policy="fifo",
+    )
+    base.update(kw)
+    return ServeConfig(**base)  # type: ignore[arg-type]
+
+
+def shutdown(c: Controller) -> None:
+    """Cancel whatever still runs (tests leave no processes behind), then stop."""
+    for rec in c.jobs(phases=[JobPhase.RUNNING, JobPhase.PENDING]):
+        with contextlib.suppress(BadRequest):
+            c.cancel(rec.job_id)
+    wait_until(lambda: all(r.process.phase is ProcessPhase.NONE for r in c.jobs()), 10)
+    c.stop()
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[Controller]:
+    c = Controller.from_config(_config(tmp_path))
+    c.start()
+    yield c
+    shutdown(c)
+
+
+def wait_until(cond: object, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def wait_phase(c: Controller, job_id: str, *phases: JobPhase, timeout_s: float = 30.0) -> JobRecord:
+    assert wait_until(lambda: c.job(job_id).phase in phases, timeout_s), (
+        f"job {job_id} is {c.job(job_id).phase}, events: {c.events(job_id)}"
+    )
+    return c.job(job_id)
+
+
+def request(tenant: str, *argv: str, **kw: object) -> JobRequest:
+    return JobRequest(command=(PY, *argv), tenant=tenant, cwd=os.getcwd(), **kw)  # type: ignore[arg-type]
+
+
+def test_submit_run_finish(controller: Controller) -> None:
+    rec = controller.submit(request("alice", "-c", "import os; print('hello from', os.environ['CORRAL_JOB_ID'])"))
+    assert rec.phase is JobPhase.PENDING
+    done = wait_phase(controller, rec.job_id, JobPhase.FINISHED)
+    assert done.process.exit_code == 0 and done.process.phase is ProcessPhase.NONE
+    assert done.status.placement is None and done.status.first_start_s is not None
+    text = controller.log_path(rec.job_id).read_text()
+    assert f"hello from {rec.job_id}" in text
+    kinds = [e.kind for e in controller.events(rec.job_id)]
+    assert kinds[0] == "submitted" and "launched" in kinds and "started" in kinds and kinds[-1] == "finished"
+
+
+def test_a_failing_job_fails_with_its_exit_code(controller: Controller) -> None:
+    rec = controller.submit(request("bob", "-c", "import sys; sys.exit(3)"))
+    done = wait_phase(controller, rec.job_id, JobPhase.FAILED)
+    assert done.status.reason is not None and "code 3" in done.status.reason
+    missing = controller.submit(JobRequest(command=("/nonexistent/cmd",), tenant="bob", cwd=os.getcwd()))
+    done = wait_phase(controller, missing.job_id, JobPhase.FAILED)
+    assert "127" in (done.status.reason or "")
+
+
+def test_quota_holds_a_guaranteed_job_until_its_tenant_has_room(controller: Controller) -> None:
+    first = controller.submit(request("alice", "-c", "import time; time.sleep(1.0)"))
+    second = controller.submit(request("alice", "-c", "pass"))
+    wait_phase(controller, first.job_id, JobPhase.RUNNING)
+    time.sleep(0.3)
+    assert controller.job(second.job_id).phase is JobPhase.PENDING  # one free GPU, but alice's quota is 1
+    snapshot = {t.name: t for t in controller.tenants()}
+    assert snapshot["alice"].guaranteed_gpus == 1 and snapshot["alice"].pending == 1
+    wait_phase(controller, first.job_id, JobPhase.FINISHED)
+    done = wait_phase(controller, second.job_id, JobPhase.FINISHED)
+    assert done.status.first_start_s is not None
+    assert done.status.first_start_s >= (controller.job(first.job_id).status.end_s or 0)
+
+
+def test_cancel_stops_a_running_job_and_a_pending_one(controller: Controller) -> None:
+    running = controller.submit(request("alice", "-c", "import time; time.sleep(60)"))
+    waiting = controller.submit(request("alice", "-c", "pass"))
+    wait_phase(controller, running.job_id, JobPhase.RUNNING)
+    assert wait_until(lambda: controller.job(running.job_id).process.phase is ProcessPhase.RUNNING)
+    pid = controller.job(running.job_id).process.pid
+    assert pid is not None
+    controller.cancel(waiting.job_id)
+    assert controller.job(waiting.job_id).phase is JobPhase.CANCELLED
+    controller.cancel(running.job_id)
+    assert controller.job(running.job_id).phase is JobPhase.CANCELLED
+    assert wait_until(lambda: controller.job(running.job_id).process.phase is ProcessPhase.NONE, 10)
+    assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    with pytest.raises(BadRequest) as err:
+        controller.cancel(running.job_id)
+    assert err.value.status == 409
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "words"),
+    [
+        (dict(tenant="carol"), 404, "unknown tenant"),
+        (dict(num_gpus=0), 422, "num_gpus"),
+        (dict(num_gpus=3), 422, "this cluster has 2"),
+        (dict(num_gpus=2), 422, "quota of 1"),
+        (dict(gpu_milli=1500), 422, "gpu_milli"),
+        (dict(num_gpus=2, gpu_milli=500, opportunistic=True), 422, "fractional"),
+        (dict(cwd="/no/such/dir"), 422, "working directory"),
+        (dict(env={"CORRAL_RUN": "7"}), 422, "set by corral"),
+        (dict(command=()), 422, "command"),
+        (dict(gpu_mem_mib=10**9), 422, "gpu_mem_mib"),
+    ],
+)
+def test_bad_requests_are_refused_and_change_nothing(
+    controller: Controller, change: dict[str, object], status: int, words: str
+) -> None:
+    base: dict[str, object] = dict(command=(PY, "-c", "pass"), tenant="alice", cwd=os.getcwd())
+    base.update(change)
+    before = len(controller.jobs())
+    with pytest.raises(BadRequest) as err:
+        controller.submit(JobRequest(**base))  # type: ignore[arg-type]
+    assert err.value.status == status
+    assert words in err.value.message
+    assert len(controller.jobs()) == before
+
+
+def test_every_change_is_in_the_store_before_the_process_starts(tmp_path: Path) -> None:
+    c = Controller.from_config(_config(tmp_path))
+    c.start()
+    try:
+        rec = c.submit(request("alice", "-c", "import time; time.sleep(0.5)"))
+        wait_phase(c, rec.job_id, JobPhase.RUNNING)
+        # A second reader of the database file sees the launch: it was committed, not just held in memory.
+        other = Store(tmp_path / "state" / "corral.db")
+        seen = other.get(rec.job_id)
+        assert seen is not None and seen.phase is JobPhase.RUNNING and seen.status.placement is not None
+        assert seen.process.run == 1
+        other.close()
+        wait_phase(c, rec.job_id, JobPhase.FINISHED)
+    finally:
+        shutdown(c)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.py"
+
+
+def test_preempted_pytorch_job_resumes_from_its_checkpoint_with_the_same_final_weights(tmp_path: Path) -> None:
+    """Tiresias on one stand-in GPU: a short job arriving after a long one has attained more than the first
+    queue's threshold preempts it; the long one checkpoints (corral.job), exits, waits, and resumes from its
+    checkpoint. Its final weights equal those of a run nobody interrupted."""
+    torch = pytest.importorskip("torch")
+    import subprocess
+
+    args = ["--epochs", "2", "--steps-per-epoch", "40", "--batch-size", "16"]
+    alone = tmp_path / "alone.pt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    subprocess.run([PY, str(EXAMPLE), *args, "--save-weights", str(alone)], check=True, env=env, timeout=120)
+
+    c = Controller.from_config(
+        _config(tmp_path, gpus=1, policy="tiresias:thresholds_gpu_s=1", tenants=(TenantConfig("alice"),), grace_s=15.0)
+    )
+    c.start()
+    try:
+        shared = tmp_path / "shared.pt"
+        long = c.submit(request("alice", str(EXAMPLE), *args, "--step-sleep", "0.05", "--save-weights", str(shared)))
+        wait_phase(c, long.job_id, JobPhase.RUNNING)
+        # Training (its first step report is in), and past the first queue's 1 GPU-second.
+        assert wait_until(lambda: c.job(long.job_id).telemetry is not None, 60)
+        short = c.submit(request("alice", "-c", "import time; time.sleep(0.3)"))
+        done_short = wait_phase(c, short.job_id, JobPhase.FINISHED, timeout_s=60)
+        done_long = wait_phase(c, long.job_id, JobPhase.FINISHED, timeout_s=120)
+        assert done_long.status.preemptions >= 1 and done_long.process.run >= 2
+        assert done_short.status.first_start_s is not None and done_long.status.end_s is not None
+        assert done_short.status.first_start_s < done_long.status.end_s  # it really ran in between
+        kinds = [e.kind for e in c.events(long.job_id)]
+        assert "preempted" in kinds and "checkpointed" in kinds
+        exits = [e.detail for e in c.events(long.job_id) if e.kind == "exited"]
+        assert "code 75" in exits[0] and "code 0" in exits[-1]
+        a, b = torch.load(alone), torch.load(shared)
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    finally:
+        shutdown(c)

@@ -1,0 +1,122 @@
+"""``kill -9`` of the controller while jobs run, then a restart: every job is still known; a running job whose
+process survived is reattached (not started again); one whose process is gone is requeued and restarted from its
+checkpoint; a pending job stays pending; a finished one stays finished. Nothing is lost or run twice."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.live.client import Client
+
+PY = sys.executable
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _serve(state_dir: Path) -> tuple[subprocess.Popen[bytes], Client]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [PY, "-m", "corral.cli.main", "serve", "--state-dir", str(state_dir), "--port", str(port), "--gpus", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"corral serve exited: {proc.stderr.read() if proc.stderr else ''!r}")
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "corral serve did not come up"
+        time.sleep(0.1)
+    token = (state_dir / "admin.token").read_text().strip()
+    return proc, Client(url, token)
+
+
+def _until(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "state"
+    # Leave nothing running: kill the process group of every run the agent recorded.
+    for pid_file in (tmp_path / "state" / "runs").glob("*/*/pid"):
+        with contextlib.suppress(OSError, ValueError):
+            os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+
+
+def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(state_dir: Path) -> None:
+    server, client = _serve(state_dir)
+    try:
+        done = client.submit([PY, "-c", "print('D ran')"])
+        _until(lambda: client.job(done["job_id"])["phase"] == "finished")
+        survivor = client.submit([PY, "-c", "import time; print('A start', flush=True); time.sleep(4); print('A end')"])
+        # Its first run sleeps long; the run after a restart is quick.
+        victim = client.submit(
+            [PY, "-c", "import os, time; time.sleep(60 if os.environ['CORRAL_RUN'] == '1' else 0.2)"]
+        )
+        waiting = client.submit([PY, "-c", "print('C ran')"])
+
+        def started(job_id: str) -> bool:
+            return client.job(job_id)["process"]["phase"] == "running"
+
+        _until(lambda: started(survivor["job_id"]) and started(victim["job_id"]))
+        assert client.job(waiting["job_id"])["phase"] == "pending"  # both GPUs are taken
+        survivor_pid = client.job(survivor["job_id"])["process"]["pid"]
+        victim_pid = client.job(victim["job_id"])["process"]["pid"]
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+    assert survivor_pid and victim_pid
+    os.killpg(victim_pid, signal.SIGKILL)  # this one dies while no controller watches
+    os.kill(survivor_pid, 0)  # this one lives on
+
+    server, client = _serve(state_dir)
+    try:
+        jobs = {j["job_id"]: j for j in client.jobs(phases=["pending", "running", "finished", "failed", "cancelled"])}
+        assert set(jobs) == {done["job_id"], survivor["job_id"], victim["job_id"], waiting["job_id"]}
+        assert jobs[done["job_id"]]["phase"] == "finished"
+        for job in (survivor, victim, waiting):
+            _until(lambda j=job: client.job(j["job_id"])["phase"] == "finished", 60)  # type: ignore[misc]
+
+        a = client.job(survivor["job_id"])
+        assert a["process"]["run"] == 1 and a["preemptions"] == 0  # reattached, never restarted
+        assert "reattached" in [e["kind"] for e in client.events(survivor["job_id"])]
+        log_a = client.logs(survivor["job_id"])["text"].splitlines()
+        assert log_a.count("A start") == 1 and log_a.count("A end") == 1
+
+        b = client.job(victim["job_id"])
+        assert b["process"]["run"] == 2 and b["preemptions"] == 1  # requeued after its process was gone
+        assert "requeued" in [e["kind"] for e in client.events(victim["job_id"])]
+
+        c = client.job(waiting["job_id"])
+        assert c["process"]["run"] == 1 and client.logs(waiting["job_id"])["text"].splitlines().count("C ran") == 1
+        d = client.job(done["job_id"])
+        assert d["process"]["run"] == 1 and client.logs(done["job_id"])["text"].splitlines().count("D ran") == 1
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
