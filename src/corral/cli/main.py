@@ -5,7 +5,9 @@ Commands:
 - ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, ``--out`` files.
 - ``corral compare``: several policies on the same trace and cluster, side by side.
 - ``corral policies``: every policy and its options (from the policies' config dataclasses).
-- ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to.
+- ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
+- ``corral serve``, ``submit``, ``jobs``, ``job``, ``logs``, ``cancel``, ``tenants``: live mode
+  (:mod:`corral.cli.live`).
 
 Built on click (arguments, help) and rich (tables, progress). Errors that the user can fix are printed as one
 ``error:`` line and exit with status 2; anything else is a bug and keeps its traceback.
@@ -26,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from corral import __version__
+from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_live_cluster
 from corral.core.cluster import Cluster
 from corral.core.errors import CorralError
 from corral.policies.base import build_config, config_fields, type_label
@@ -346,9 +349,15 @@ def policies() -> None:
 
 
 @cli.command()
-@click.argument("spec")
-def cluster(spec: str) -> None:
-    """Show what a cluster spec (preset, NxG[:TYPE] or TOML file) contains."""
+@click.argument("spec", required=False)
+@json_option
+@client_options
+def cluster(spec: str | None, as_json: bool, **client: Any) -> None:
+    """Show what a cluster spec (preset, NxG[:TYPE] or TOML file) contains; without SPEC, the running server's
+    cluster (GPUs, who is on each, tenants' quotas and use)."""
+    if spec is None:
+        show_live_cluster(as_json=as_json, **client)
+        return
     with _errors():
         c = load_cluster(spec)
         table = Table(title=f"cluster {c.name}")
@@ -357,6 +366,10 @@ def cluster(spec: str) -> None:
         for key, value in describe_cluster(c):
             table.add_row(key, value)
         console.print(table)
+
+
+for _command in LIVE_COMMANDS:
+    cli.add_command(_command)
 
 
 def main() -> None:

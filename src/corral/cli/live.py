@@ -1,0 +1,695 @@
+"""The live commands of ``corral``: run the server, and talk to it.
+
+- ``corral serve``: the controller and its HTTP API in the foreground (Ctrl-C or SIGTERM stops it; job processes
+  keep running and are taken back on the next start).
+- ``corral submit``, ``jobs``, ``job``, ``logs``, ``cancel``, ``tenants``, and ``cluster`` without a SPEC: clients
+  of the API.
+
+The client commands find the server by ``--url``/``CORRAL_URL`` and the token by ``--token``/``CORRAL_TOKEN``;
+whichever is not given comes from the files ``corral serve`` keeps in its state directory (``--state-dir``/
+``CORRAL_STATE_DIR``, default ``.corral``): ``server.json`` and ``admin.token``. Every read command takes
+``--json`` for scripts. Errors are one ``error:`` line and exit status 2, as in the rest of the CLI.
+
+Heavy imports (FastAPI, uvicorn, the controller, httpx) happen inside the commands, so ``corral simulate`` does not
+pay for them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from corral.core.errors import ConfigError, CorralError
+from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
+
+if TYPE_CHECKING:
+    from corral.live.client import Client, ClusterJson, JobJson, TenantJson
+    from corral.live.config import ServeConfig
+    from corral.live.records import ClusterSnapshot
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ACTIVE_PHASES = ("pending", "running")
+FOLLOW_POLL_S = 0.5
+_PHASE_STYLE = {
+    "pending": "yellow",
+    "running": "green",
+    "finished": "blue",
+    "failed": "red",
+    "cancelled": "magenta",
+    "rejected": "red",
+}
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    # The same rule as corral.cli.main: an error the user can fix is one line and exit status 2.
+    try:
+        yield
+    except CorralError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(2)
+
+
+# ==============================================================================================================
+# corral serve
+# ==============================================================================================================
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind the API's socket now, so that a busy port is a clear error before anything starts."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: cannot resolve it ({e.strerror})") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e} (choose another with --port)") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+@contextmanager
+def _state_lock(state_dir: Path) -> Iterator[None]:
+    """One server per state directory: two controllers on one database would start every job twice."""
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = state_dir / "server.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ConfigError(
+                f"another corral server uses the state directory {state_dir} (see {state_dir / 'server.json'}); "
+                "stop it first, or give another --state-dir"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+class _Stop(Exception):
+    """SIGTERM (or SIGINT outside uvicorn's own handling): stop cleanly."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _gpus_words(snapshot: ClusterSnapshot) -> str:
+    gpus = snapshot.gpus
+    if gpus and all(g.stand_in for g in gpus):
+        return click.style(f"{len(gpus)} STAND-IN GPUs (no real GPU: jobs run on the CPU)", fg="yellow", bold=True)
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[g.type_name] = counts.get(g.type_name, 0) + 1
+    kinds = ", ".join(f"{n}x {t}" for t, n in counts.items())
+    return f"{len(gpus)} GPUs ({kinds})"
+
+
+@click.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="A TOML file: [server] and [[tenants]] (see corral.live.config). Flags override it.",
+)
+@click.option("--gpus", type=int, help="Declare N stand-in GPUs (jobs run on the CPU); default: the real GPUs (NVML).")
+@click.option("--policy", "policy", metavar="SPEC", help="Scheduling policy, as in simulate (default fifo).")
+@click.option("--host", help="Address to listen on (default 127.0.0.1; another must be given here explicitly).")
+@click.option("--port", type=int, help="Port to listen on (default 8473).")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    help=f"Where the database, logs, checkpoints and tokens live (default ./{DEFAULT_STATE_DIR}).",
+)
+@click.option("--grace", "grace_s", type=float, help="Seconds a preempted job has to checkpoint and exit (default 30).")
+def serve(
+    config_path: str | None,
+    gpus: int | None,
+    policy: str | None,
+    host: str | None,
+    port: int | None,
+    state_dir: str | None,
+    grace_s: float | None,
+) -> None:
+    """Run the live scheduler and its HTTP API in the foreground (Ctrl-C stops it; jobs keep running)."""
+    with _errors():
+        from corral.live.config import ensure_admin_token, load_config
+
+        config = load_config(
+            Path(config_path) if config_path else None,
+            gpus=gpus,
+            policy=policy,
+            host=host,
+            port=port,
+            state_dir=state_dir,
+            grace_s=grace_s,
+        )
+        if host is None and not _is_loopback(config.host):
+            raise ConfigError(
+                f"{config_path}: server.host = {config.host!r} exposes the API beyond this machine; "
+                f"pass --host {config.host} to confirm"
+            )
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        with _state_lock(config.state_dir):
+            token_given = config.admin_token is not None
+            config = ensure_admin_token(config)
+            sock = _listen(config.host, config.port)
+            previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                _serve(config, sock, token_given)
+            except (_Stop, KeyboardInterrupt):
+                pass
+            finally:
+                sock.close()
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        err_console.print("corral stopped (job processes keep running; the next `corral serve` takes them back)")
+
+
+def _serve(config: ServeConfig, sock: socket.socket, token_given: bool) -> None:
+    import uvicorn
+
+    from corral.live.api import create_app
+    from corral.live.config import remove_server_file, write_server_file
+    from corral.live.controller import Controller
+
+    controller = Controller.from_config(config)
+    pid = os.getpid()
+    try:
+        controller.start()
+        app = create_app(controller)
+        snapshot = controller.cluster()
+        write_server_file(config, config.url, pid)
+        where = "from the configuration" if token_given else str(config.admin_token_path)
+        click.echo(
+            f"corral serving {config.url} | policy {snapshot.policy} | {_gpus_words(snapshot)} | "
+            f"{len(config.tenants)} tenant(s) | admin token: {where}",
+            color=None,
+        )
+        sys.stdout.flush()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="off")
+        )
+        server.run(sockets=[sock])
+    finally:
+        controller.stop()
+        remove_server_file(config, pid)
+
+
+# ==============================================================================================================
+# Client commands
+# ==============================================================================================================
+def client_options(fn: F) -> F:
+    """``--url``, ``--token``, ``--state-dir``: how a client command finds the server (shared with ``cluster``)."""
+    options = [
+        click.option(
+            "--url", envvar="CORRAL_URL", help="The server's URL [env CORRAL_URL] (default: from the state dir)."
+        ),
+        click.option(
+            "--token",
+            envvar="CORRAL_TOKEN",
+            help="API token [env CORRAL_TOKEN] (default: the admin token in the state dir).",
+        ),
+        click.option(
+            "--state-dir",
+            "client_state_dir",
+            envvar="CORRAL_STATE_DIR",
+            default=DEFAULT_STATE_DIR,
+            show_default=True,
+            type=click.Path(file_okay=False),
+            help="The server's state dir, to find its URL and admin token [env CORRAL_STATE_DIR].",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print the server's JSON answer.")(fn)
+
+
+def make_client(url: str | None, token: str | None, client_state_dir: str | None) -> Client:
+    from corral.live.client import Client, read_admin_token, read_server_url
+
+    state = Path(client_state_dir or DEFAULT_STATE_DIR)
+    if url is None:
+        url = read_server_url(state)
+    if token is None:
+        token = read_admin_token(state)
+    return Client(url, token)
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2))
+
+
+# -- submit -----------------------------------------------------------------------------------------------------
+_JOB_FILE_KEYS = ("command", "tenant", "num_gpus", "gpu_milli", "opportunistic", "name", "cwd", "env", "gpu_mem_mib",
+                  "priority")  # fmt: skip
+
+
+def load_job_file(path: Path) -> dict[str, Any]:
+    """A job file: TOML with the submission's fields (``command`` a list of strings, or one string split like a
+    shell would; ``env`` a table; ``cwd`` relative to the file's folder). Errors name the file and key."""
+    import shlex
+
+    file = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigFileError(f"cannot read the job file: {e.strerror or e}", file=file) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError("not UTF-8 text", file=file, expected="a TOML job file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigFileError(f"not valid TOML: {e}", file=file) from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in _JOB_FILE_KEYS:
+            raise ConfigFileError("unknown key", file=file, column=key, expected=f"one of {', '.join(_JOB_FILE_KEYS)}")
+        if key == "command":
+            if isinstance(value, str):
+                value = shlex.split(value)
+            if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
+                raise ConfigFileError(
+                    "bad value",
+                    file=file,
+                    column=key,
+                    expected="a non-empty list of strings (or one string)",
+                    got=value,
+                )
+        elif key in ("tenant", "name", "cwd"):
+            if not isinstance(value, str) or not value:
+                raise ConfigFileError("bad value", file=file, column=key, expected="a non-empty string", got=value)
+            if key == "cwd":
+                value = str((path.resolve().parent / value).resolve())
+        elif key in ("num_gpus", "gpu_milli", "gpu_mem_mib", "priority"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigFileError("bad value", file=file, column=key, expected="an integer", got=value)
+        elif key == "opportunistic":
+            if not isinstance(value, bool):
+                raise ConfigFileError("bad value", file=file, column=key, expected="true or false", got=value)
+        elif key == "env" and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+            raise ConfigFileError("bad value", file=file, column=key, expected="a table of strings", got=value)
+        out[key] = value
+    return out
+
+
+def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--tenant", help="Tenant to run for (default: your token's; required with the admin token if several).")
+@click.option("--gpus", "num_gpus", type=int, help="GPUs the job needs (default 1).")
+@click.option("--gpu-milli", type=int, help="Share of one GPU in milli-GPU, 1..1000 (default 1000 = whole).")
+@click.option("--opportunistic", is_flag=True, default=None, help="Run on spare GPUs outside the quota (preemptible).")
+@click.option("--name", help="A name to show in listings.")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeat).")
+@click.option("--cwd", type=click.Path(file_okay=False), help="Working directory (default: the current one).")
+@click.option("--gpu-mem-mib", type=int, help="GPU memory the job needs on each GPU, MiB.")
+@click.option("--priority", type=int, help="Priority (higher first, for policies that use it).")
+@click.option("--file", "job_file", type=click.Path(dir_okay=False), help="A TOML job file; flags override it.")
+@json_option
+@client_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def submit(
+    command: tuple[str, ...],
+    tenant: str | None,
+    num_gpus: int | None,
+    gpu_milli: int | None,
+    opportunistic: bool | None,
+    name: str | None,
+    env_pairs: tuple[str, ...],
+    cwd: str | None,
+    gpu_mem_mib: int | None,
+    priority: int | None,
+    job_file: str | None,
+    as_json: bool,
+    **client: Any,
+) -> None:
+    """Submit a job: corral submit [OPTIONS] -- COMMAND [ARGS]... Prints the job's id."""
+    with _errors():
+        fields = load_job_file(Path(job_file)) if job_file else {}
+        given = {
+            "command": list(command) or None,
+            "tenant": tenant,
+            "num_gpus": num_gpus,
+            "gpu_milli": gpu_milli,
+            "opportunistic": opportunistic,
+            "name": name,
+            "cwd": str(Path(cwd).resolve()) if cwd else None,
+            "gpu_mem_mib": gpu_mem_mib,
+            "priority": priority,
+        }
+        fields.update({k: v for k, v in given.items() if v is not None})
+        env = dict(fields.get("env") or {})
+        env.update(_parse_env(env_pairs))
+        if not fields.get("command"):
+            raise ConfigError("no command: give it after `--` (corral submit -- python train.py), or in --file")
+        with make_client(**client) as api:
+            job = api.submit(
+                fields["command"],
+                tenant=fields.get("tenant"),
+                num_gpus=fields.get("num_gpus", 1),
+                gpu_milli=fields.get("gpu_milli", 1000),
+                opportunistic=bool(fields.get("opportunistic", False)),
+                name=fields.get("name"),
+                cwd=fields.get("cwd") or str(Path.cwd().resolve()),
+                env=env,
+                gpu_mem_mib=fields.get("gpu_mem_mib"),
+                priority=fields.get("priority", 0),
+            )
+        if as_json:
+            _print_json(job)
+        else:
+            click.echo(job["job_id"])
+            err_console.print(
+                f"submitted job {job['job_id']} ({_job_class(job)}, {_gpus(job)} GPU, tenant {job['tenant']}): "
+                f"{job['phase']}",
+                highlight=False,
+            )
+
+
+# -- listing and details ----------------------------------------------------------------------------------------
+def _gpus(job: JobJson) -> str:
+    if job["gpu_milli"] == 1000:
+        return str(job["num_gpus"])
+    return f"{job['gpu_milli'] / 1000:g}"
+
+
+def _job_class(job: JobJson) -> str:
+    return "opportunistic" if job["job_class"] == "opportunistic" else "guaranteed"
+
+
+def _runtime_s(job: JobJson, now: float) -> float:
+    held = job["executed_s"]
+    if job["phase"] == "running" and job["last_start_s"] is not None:
+        held += max(0.0, now - job["last_start_s"])
+    return held
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _placement(job: JobJson) -> str:
+    p = job["placement"]
+    if p is None:
+        return "-"
+    gpus = ",".join(map(str, p["gpus"]))
+    share = "" if p["gpu_milli"] == 1000 else f" @{p['gpu_milli']}m"
+    return f"GPU {gpus}{share}{' (opp)' if p['opportunistic'] else ''}"
+
+
+def _phase(phase: str) -> str:
+    style = _PHASE_STYLE.get(phase)
+    return f"[{style}]{phase}[/]" if style else phase
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+@click.command()
+@click.option("--tenant", help="Only this tenant's jobs.")
+@click.option(
+    "--phase", "phases", multiple=True, help="Only jobs in this phase (repeat): pending, running, finished, ..."
+)
+@click.option("--all", "show_all", is_flag=True, help="Every job, ended ones too (default: pending and running).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the newest N jobs.")
+@json_option
+@client_options
+def jobs(
+    tenant: str | None, phases: tuple[str, ...], show_all: bool, limit: int | None, as_json: bool, **client: Any
+) -> None:
+    """List jobs (by default the pending and running ones)."""
+    with _errors():
+        wanted: Sequence[str] | None = phases or (None if show_all else ACTIVE_PHASES)
+        with make_client(**client) as api:
+            found = api.jobs(tenant=tenant, phases=wanted, limit=limit)
+        if as_json:
+            _print_json(found)
+            return
+        now = time.time()
+        what = "all jobs" if wanted is None else f"{', '.join(wanted)} jobs"
+        table = Table(title=f"{what}: {len(found)}")
+        for col, justify in (("id", "right"), ("name", "left"), ("tenant", "left"), ("class", "left"),
+                             ("GPUs", "right"), ("phase", "left"), ("placement", "left"), ("runtime", "right"),
+                             ("preempted", "right")):  # fmt: skip
+            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for job in found:
+            table.add_row(
+                job["job_id"],
+                escape(job["name"] or ""),
+                escape(job["tenant"]),
+                "opp" if _job_class(job) == "opportunistic" else "guar",
+                _gpus(job),
+                _phase(job["phase"]),
+                _placement(job),
+                _duration(_runtime_s(job, now)),
+                str(job["preemptions"]),
+            )
+        console.print(table)
+
+
+@click.command()
+@click.argument("job_id")
+@json_option
+@client_options
+def job(job_id: str, as_json: bool, **client: Any) -> None:
+    """Show one job: what it is, where it runs, its history and its latest telemetry."""
+    with _errors():
+        with make_client(**client) as api:
+            record = api.job(job_id)
+            events = api.events(job_id)
+        if as_json:
+            _print_json({"job": record, "events": events})
+            return
+        import shlex
+
+        now = time.time()
+        table = Table(title=f"job {record['job_id']}" + (f" ({escape(record['name'])})" if record["name"] else ""))
+        table.add_column("", style="bold")
+        table.add_column("")
+        proc = record["process"]
+        rows = [
+            ("phase", _phase(record["phase"]) + (f": {escape(record['reason'])}" if record["reason"] else "")),
+            ("tenant", escape(record["tenant"])),
+            ("class", _job_class(record)),
+            ("GPUs", _gpus(record) + (f", {record['gpu_mem_mib']} MiB each" if record["gpu_mem_mib"] else "")),
+            ("placement", _placement(record)),
+            ("command", escape(shlex.join(record["command"]))),
+            ("cwd", escape(record["cwd"])),
+            ("submitted", _when(record["submit_s"])),
+            ("first start", _when(record["first_start_s"])),
+            ("ended", _when(record["end_s"])),
+            ("queued", _duration(record["queued_s"])),
+            ("runtime", _duration(_runtime_s(record, now))),
+            ("preemptions", str(record["preemptions"])),
+            ("process", f"run {proc['run']}, {proc['phase']}" + (f", pid {proc['pid']}" if proc["pid"] else "")
+             + (f", exit code {proc['exit_code']}" if proc["exit_code"] is not None else "")
+             + (f", signal {proc['exit_signal']}" if proc["exit_signal"] is not None else "")),
+        ]  # fmt: skip
+        if record["env"]:
+            rows.append(("env", escape(" ".join(f"{k}={v}" for k, v in sorted(record["env"].items())))))
+        tel = record["telemetry"]
+        if tel is not None:
+            rows.append(
+                (
+                    "telemetry",
+                    f"step {tel['step_time_s'] * 1000:.1f} ms, busy {tel['sm_util']:.0%}, "
+                    f"GPU memory peak {tel['mem_peak_mib']} MiB (at {_when(tel['time_s'])})",
+                )
+            )
+        for key, value in rows:
+            table.add_row(key, value)
+        console.print(table)
+        history = Table(title="events")
+        history.add_column("time")
+        history.add_column("event")
+        history.add_column("detail")
+        for e in events:
+            history.add_row(_when(e["time_s"]), e["kind"], escape(e["detail"]))
+        console.print(history)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing output as it comes, until the job ends.")
+@client_options
+def logs(job_id: str, follow: bool, **client: Any) -> None:
+    """Print a job's output (stdout and stderr)."""
+    with _errors():
+        offset = 0
+        out = sys.stdout
+        try:
+            with make_client(**client) as api:
+                while True:
+                    chunk = api.logs(job_id, offset=offset)
+                    if chunk["text"]:
+                        out.write(chunk["text"])
+                        out.flush()
+                    moved = chunk["next_offset"] > offset
+                    offset = chunk["next_offset"]
+                    if chunk["complete"]:
+                        break
+                    if not follow and offset >= chunk["size"]:
+                        break
+                    if not moved:
+                        time.sleep(FOLLOW_POLL_S)
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+
+@click.command()
+@click.argument("job_id")
+@json_option
+@client_options
+def cancel(job_id: str, as_json: bool, **client: Any) -> None:
+    """Cancel a pending or running job."""
+    with _errors():
+        with make_client(**client) as api:
+            record = api.cancel(job_id)
+        if as_json:
+            _print_json(record)
+            return
+        state = record["phase"]
+        if record["process"]["phase"] == "stopping":
+            state += " (its process is stopping)"
+        click.echo(f"job {record['job_id']}: {state}")
+
+
+@click.command()
+@json_option
+@client_options
+def tenants(as_json: bool, **client: Any) -> None:
+    """Each tenant's quota and what it holds."""
+    with _errors():
+        with make_client(**client) as api:
+            found = api.tenants()
+        if as_json:
+            _print_json(found)
+            return
+        console.print(_tenant_table(found))
+
+
+def _tenant_table(found: Sequence[TenantJson]) -> Table:
+    table = Table(title="tenants")
+    table.add_column("tenant")
+    table.add_column("quota", justify="right")
+    table.add_column("held (guaranteed)", justify="right")
+    table.add_column("opportunistic", justify="right")
+    table.add_column("running", justify="right")
+    table.add_column("pending", justify="right")
+    for t in found:
+        table.add_row(
+            escape(t["name"]),
+            "none" if t["quota_gpus"] is None else str(t["quota_gpus"]),
+            f"{t['guaranteed_gpus']:g}",
+            f"{t['opportunistic_gpus']:g}",
+            str(t["running"]),
+            str(t["pending"]),
+        )
+    return table
+
+
+def show_live_cluster(url: str | None, token: str | None, client_state_dir: str | None, as_json: bool = False) -> None:
+    """``corral cluster`` without a SPEC: the running server's GPUs, who is on each, quotas and utilization."""
+    with _errors():
+        with make_client(url, token, client_state_dir) as api:
+            snap = api.cluster()
+            found = api.tenants()
+        if as_json:
+            _print_json({"cluster": snap, "tenants": found})
+            return
+        console.print(_cluster_table(snap))
+        console.print(_tenant_table(found))
+
+
+def _cluster_table(snap: ClusterJson) -> Table:
+    stand_in = bool(snap["gpus"]) and all(g["stand_in"] for g in snap["gpus"])
+    title = (
+        f"{snap['num_gpus']} GPUs, {snap['allocated_gpus']:g} allocated | {snap['running']} running, "
+        f"{snap['pending']} pending | policy {escape(snap['policy'])}"
+    )
+    if stand_in:
+        title += "\n[bold yellow]STAND-IN GPUs: no real GPU, jobs run on the CPU[/]"
+    table = Table(title=title)
+    table.add_column("GPU", justify="right")
+    table.add_column("node")
+    table.add_column("type")
+    table.add_column("memory", justify="right")
+    table.add_column("allocated", justify="right")
+    table.add_column("jobs: id (tenant, share)")
+    table.add_column("busy", justify="right")
+    table.add_column("mem used", justify="right")
+    for g in snap["gpus"]:
+        jobs_text = ", ".join(
+            f"{j['job_id'] or '?'} ({escape(j['tenant'] or 'other tenant')}, "
+            f"{'opp ' if j['opportunistic'] else ''}{j['gpu_milli'] / 1000:g})"
+            for j in g["jobs"]
+        )
+        kind = f"[bold yellow]{escape(g['type_name'])}[/]" if g["stand_in"] else escape(g["type_name"])
+        table.add_row(
+            str(g["index"]),
+            escape(g["node"]),
+            kind,
+            f"{g['mem_mib']:,} MiB",
+            f"{g['allocated_milli'] / 1000:g}",
+            jobs_text or "-",
+            "-" if g["sm_util"] is None else f"{g['sm_util']:.0%}",
+            "-" if g["mem_used_mib"] is None else f"{g['mem_used_mib']:,} MiB",
+        )
+    return table
+
+
+LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, cancel, tenants)

@@ -1,0 +1,314 @@
+"""A small typed client of the ``corral serve`` HTTP API (httpx), used by the ``corral`` commands.
+
+Every method mirrors one route of :mod:`corral.live.api` and returns its JSON body as a typed dict (the shapes
+below are the API's response models, field for field; a test keeps the two in step). Errors raise
+:class:`ClientError` carrying the server's status and message; a server that is not there is a
+:class:`ClientError` with status 0 saying so and how to start one.
+
+This module imports neither FastAPI nor the controller, so the client commands start fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypedDict, cast
+from urllib.parse import quote
+
+import httpx
+
+from corral.core.errors import ConfigError, CorralError
+from corral.live.config import ADMIN_TOKEN_FILE, SERVER_FILE
+
+
+class ClientError(CorralError):
+    """A request the server refused (``status`` is its HTTP status), or could not make (``status`` 0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- response shapes (see corral.live.api for what each field means) -------------------------------------------
+class PlacementJson(TypedDict):
+    gpus: list[int]
+    gpu_milli: int
+    mem_mib: int | None
+    opportunistic: bool
+
+
+class ProcessJson(TypedDict):
+    run: int
+    phase: str
+    pid: int | None
+    exit_code: int | None
+    exit_signal: int | None
+    stopping_for: str | None
+
+
+class TelemetryJson(TypedDict):
+    time_s: float
+    step_time_s: float
+    solo_step_time_s: float | None
+    mem_peak_mib: int
+    mem_mean_mib: int
+    mem_need_mib: int
+    sm_util: float
+
+
+class JobJson(TypedDict):
+    job_id: str
+    name: str | None
+    tenant: str
+    command: list[str]
+    cwd: str
+    env: dict[str, str]
+    num_gpus: int
+    gpu_milli: int
+    opportunistic: bool
+    job_class: str
+    gpu_mem_mib: int | None
+    priority: int
+    phase: str
+    reason: str | None
+    placement: PlacementJson | None
+    submit_s: float
+    first_start_s: float | None
+    last_start_s: float | None
+    end_s: float | None
+    queued_s: float
+    executed_s: float
+    preemptions: int
+    run_epoch: int
+    process: ProcessJson
+    telemetry: TelemetryJson | None
+
+
+class EventJson(TypedDict):
+    time_s: float
+    kind: str
+    detail: str
+
+
+class LogChunkJson(TypedDict):
+    job_id: str
+    offset: int
+    next_offset: int
+    text: str
+    size: int
+    complete: bool
+
+
+class GpuJobJson(TypedDict):
+    job_id: str | None
+    tenant: str | None
+    gpu_milli: int
+    opportunistic: bool
+
+
+class GpuJson(TypedDict):
+    index: int
+    node: str
+    type_name: str
+    mem_mib: int
+    stand_in: bool
+    allocated_milli: int
+    jobs: list[GpuJobJson]
+    sm_util: float | None
+    mem_used_mib: int | None
+
+
+class ClusterJson(TypedDict):
+    policy: str
+    num_gpus: int
+    allocated_gpus: float
+    pending: int
+    running: int
+    gpus: list[GpuJson]
+
+
+class TenantJson(TypedDict):
+    name: str
+    quota_gpus: int | None
+    guaranteed_gpus: float
+    opportunistic_gpus: float
+    running: int
+    pending: int
+
+
+class HealthJson(TypedDict):
+    status: str
+    version: str
+
+
+# -- finding the server -----------------------------------------------------------------------------------------
+def find_server(state_dir: Path | str) -> tuple[str, str]:
+    """The URL and admin token of the server whose state is in ``state_dir``, from the ``server.json`` and
+    ``admin.token`` that ``corral serve`` keeps there. Raises :class:`ConfigError` saying what is missing."""
+    return read_server_url(state_dir), read_admin_token(state_dir)
+
+
+def read_server_url(state_dir: Path | str) -> str:
+    """The URL in ``state_dir/server.json``."""
+    server_file = Path(state_dir) / SERVER_FILE
+    try:
+        info = json.loads(server_file.read_text(encoding="utf-8"))
+        url = info["url"]
+        if not isinstance(url, str):
+            raise ValueError("url is not a string")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no corral server found: {server_file} does not exist (start one with `corral serve`, or give "
+            "--url/CORRAL_URL, or --state-dir/CORRAL_STATE_DIR where the server keeps its state)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"cannot read {server_file}: {e}") from None
+    return url
+
+
+def read_admin_token(state_dir: Path | str) -> str:
+    """The admin token in ``state_dir/admin.token``."""
+    token_file = Path(state_dir) / ADMIN_TOKEN_FILE
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no token: {token_file} does not exist (give --token or CORRAL_TOKEN, or --state-dir/CORRAL_STATE_DIR "
+            "where the server keeps its state)"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {token_file}: {e.strerror or e} (give --token or CORRAL_TOKEN)") from None
+    if not token:
+        raise ConfigError(f"{token_file} is empty (give --token or CORRAL_TOKEN)")
+    return token
+
+
+# -- the client -------------------------------------------------------------------------------------------------
+class Client:
+    """The API at ``url`` with ``token`` (the admin's or a tenant's)."""
+
+    def __init__(self, url: str, token: str, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "corral-cli"},
+            timeout=timeout_s,
+        )
+        self.timeout_s = timeout_s
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- routes ----------------------------------------------------------------------------------------------
+    def health(self) -> HealthJson:
+        return cast(HealthJson, self._request("GET", "/v1/health"))
+
+    def submit(
+        self,
+        command: Iterable[str],
+        *,
+        tenant: str | None = None,
+        num_gpus: int = 1,
+        gpu_milli: int = 1000,
+        opportunistic: bool = False,
+        name: str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        gpu_mem_mib: int | None = None,
+        priority: int = 0,
+    ) -> JobJson:
+        body: dict[str, Any] = {
+            "command": list(command),
+            "num_gpus": num_gpus,
+            "gpu_milli": gpu_milli,
+            "opportunistic": opportunistic,
+            "priority": priority,
+            "env": dict(env or {}),
+        }
+        for key, value in (("tenant", tenant), ("name", name), ("cwd", cwd), ("gpu_mem_mib", gpu_mem_mib)):
+            if value is not None:
+                body[key] = value
+        return cast(JobJson, self._request("POST", "/v1/jobs", json=body))
+
+    def jobs(
+        self, *, tenant: str | None = None, phases: Iterable[str] | None = None, limit: int | None = None
+    ) -> list[JobJson]:
+        params: list[tuple[str, str]] = []
+        if tenant is not None:
+            params.append(("tenant", tenant))
+        for phase in phases or ():
+            params.append(("phase", phase))
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        return cast(list[JobJson], self._request("GET", "/v1/jobs", params=params)["jobs"])
+
+    def job(self, job_id: str) -> JobJson:
+        return cast(JobJson, self._request("GET", f"/v1/jobs/{_id(job_id)}"))
+
+    def events(self, job_id: str) -> list[EventJson]:
+        return cast(list[EventJson], self._request("GET", f"/v1/jobs/{_id(job_id)}/events")["events"])
+
+    def logs(self, job_id: str, *, offset: int = 0, limit: int | None = None) -> LogChunkJson:
+        params: list[tuple[str, str]] = [("offset", str(offset))]
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        return cast(LogChunkJson, self._request("GET", f"/v1/jobs/{_id(job_id)}/logs", params=params))
+
+    def cancel(self, job_id: str) -> JobJson:
+        return cast(JobJson, self._request("POST", f"/v1/jobs/{_id(job_id)}/cancel"))
+
+    def cluster(self) -> ClusterJson:
+        return cast(ClusterJson, self._request("GET", "/v1/cluster"))
+
+    def tenants(self) -> list[TenantJson]:
+        return cast(list[TenantJson], self._request("GET", "/v1/tenants")["tenants"])
+
+    # -- plumbing --------------------------------------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        try:
+            response = self._http.request(method, path, json=json, params=tuple(params or ()))
+        except httpx.ConnectError:
+            raise ClientError(0, f"no corral server at {self.url} (start one with `corral serve`)") from None
+        except httpx.TimeoutException:
+            raise ClientError(0, f"the corral server at {self.url} did not answer in {self.timeout_s:g} s") from None
+        except httpx.HTTPError as e:
+            raise ClientError(0, f"cannot talk to the corral server at {self.url}: {e}") from None
+        if response.is_success:
+            try:
+                return response.json()
+            except ValueError:
+                raise ClientError(response.status_code, f"{self.url}{path}: the answer is not JSON") from None
+        raise ClientError(response.status_code, _message(response))
+
+
+def _id(job_id: str) -> str:
+    return quote(str(job_id), safe="")
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, str) and detail:
+        return detail
+    if detail:  # not corral's shape (another server?): show it compactly
+        return f"HTTP {response.status_code}: {json.dumps(detail)[:300]}"
+    reason = response.reason_phrase or "error"
+    return f"HTTP {response.status_code} {reason}"

@@ -1,0 +1,299 @@
+"""The live commands against a real ``corral serve`` subprocess (two stand-in GPUs, two tenants): submit, jobs,
+job, logs (and ``-f``), cancel, cluster, tenants, and the one-line errors; ``serve`` itself: its banner, its
+files, a clean stop on a signal, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import corral.cli.live as live_cli
+from corral.cli.main import cli
+
+ALICE = "alice-cli-token-0123456789"
+BOB = "bob-cli-token-0123456789ab"
+PY = sys.executable
+CONFIG = f"""
+[server]
+policy = "fifo"
+grace_s = 2
+
+[[tenants]]
+name = "alice"
+quota_gpus = 1
+token = "{ALICE}"
+
+[[tenants]]
+name = "bob"
+quota_gpus = 1
+token = "{BOB}"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    url: str
+    state_dir: Path
+    banner: str
+
+
+def start_server(state_dir: Path, *args: str) -> Server:
+    port = free_port()
+    process = subprocess.Popen(
+        [PY, "-m", "corral.cli.main", "serve", "--state-dir", str(state_dir), "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"corral serve exited with {process.returncode}:\n{out}\n{err}")
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "corral serve did not come up"
+        time.sleep(0.1)
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    return Server(process, url, state_dir, banner)
+
+
+def stop_server(server: Server, sig: int = signal.SIGTERM) -> tuple[int, str]:
+    process = server.process
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    err = process.stderr.read() if process.stderr is not None else ""
+    return process.returncode, err
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("srv")
+    (base / "corral.toml").write_text(CONFIG)
+    srv = start_server(base / "st", "--gpus", "2", "--config", str(base / "corral.toml"))
+    try:
+        yield srv
+    finally:
+        # Cancel what still runs (stopping the server leaves job processes running, by design).
+        token = (srv.state_dir / "admin.token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        try:
+            active = httpx.get(f"{srv.url}/v1/jobs", params={"phase": "pending,running"}, headers=headers).json()
+            for job in active["jobs"]:
+                httpx.post(f"{srv.url}/v1/jobs/{job['job_id']}/cancel", headers=headers)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                jobs = httpx.get(f"{srv.url}/v1/jobs", headers=headers).json()["jobs"]
+                if all(j["process"]["phase"] == "none" for j in jobs):
+                    break
+                time.sleep(0.1)
+        finally:
+            stop_server(srv)
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tables are cut to 80 columns when the output is not a terminal; tests read them whole.
+    monkeypatch.setattr(live_cli, "console", Console(width=250))
+
+
+def run(server: Server | None, *args: str, token: str | None = None, state_dir: Path | None = None) -> tuple[int, str]:
+    env = {"CORRAL_URL": None, "CORRAL_TOKEN": token, "CORRAL_STATE_DIR": None}
+    if server is not None or state_dir is not None:
+        env["CORRAL_STATE_DIR"] = str(state_dir or (server.state_dir if server else ""))
+    result = CliRunner().invoke(cli, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def wait_phase(server: Server, job_id: str, *phases: str) -> dict[str, object]:
+    deadline = time.monotonic() + 30
+    while True:
+        code, out = run(server, "job", job_id, "--json")
+        assert code == 0, out
+        job = json.loads(out)["job"]
+        if job["phase"] in phases and job["process"]["phase"] in ("none", "running"):
+            return dict(job)
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+
+
+# -- serve ------------------------------------------------------------------------------------------------------
+def test_serve_says_where_it_is_and_what_it_runs(server: Server) -> None:
+    assert server.url in server.banner
+    assert "2 STAND-IN GPUs" in server.banner
+    assert "policy fifo" in server.banner
+    assert str(server.state_dir / "admin.token") in server.banner
+    info = json.loads((server.state_dir / "server.json").read_text())
+    assert info == {"url": server.url, "pid": server.process.pid}
+
+
+def test_serve_stops_cleanly_on_a_signal(tmp_path: Path) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        srv = start_server(tmp_path / "st", "--gpus", "1")
+        code, err = stop_server(srv, sig)
+        assert code == 0, err
+        assert "Traceback" not in err
+        assert not (tmp_path / "st" / "server.json").exists()
+    # The admin token is kept across starts.
+    assert len((tmp_path / "st" / "admin.token").read_text().strip()) >= 32
+
+
+def test_serve_refusals(tmp_path: Path, server: Server) -> None:
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "corral.cli.main", "serve", *args], capture_output=True, text=True, timeout=60)
+
+    busy = server.url.rsplit(":", 1)[1]
+    r = serve("--gpus", "1", "--state-dir", str(tmp_path / "a"), "--port", busy)
+    assert r.returncode == 2 and "error: cannot listen on 127.0.0.1:" in r.stderr and "in use" in r.stderr
+    r = serve("--gpus", "1", "--state-dir", str(server.state_dir), "--port", str(free_port()))
+    assert r.returncode == 2 and "another corral server uses the state directory" in r.stderr
+    (tmp_path / "open.toml").write_text('[server]\nhost = "0.0.0.0"\n')
+    r = serve("--gpus", "1", "--state-dir", str(tmp_path / "b"), "--config", str(tmp_path / "open.toml"))
+    assert r.returncode == 2 and "pass --host 0.0.0.0 to confirm" in r.stderr
+    r = serve("--gpus", "0", "--state-dir", str(tmp_path / "c"))
+    assert r.returncode == 2 and "--gpus" in r.stderr
+    r = serve("--policy", "nosuch", "--gpus", "1", "--state-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "unknown policy 'nosuch'" in r.stderr
+    for stream in (r.stdout, r.stderr):
+        assert "Traceback" not in stream
+
+
+# -- a job's life -------------------------------------------------------------------------------------------------
+def test_submit_jobs_job_logs(server: Server) -> None:
+    code, out = run(server, "submit", "--name", "greet", "--env", "WHO=world", "--", PY, "-c",
+                    "import os; print('hello', os.environ['WHO'])", token=ALICE)  # fmt: skip
+    assert code == 0, out
+    job_id = out.splitlines()[0]
+    assert job_id.isdigit()
+    wait_phase(server, job_id, "finished")
+    code, out = run(server, "logs", job_id, token=ALICE)
+    assert code == 0 and "hello world" in out
+    code, out = run(server, "jobs", "--all", token=ALICE)
+    assert code == 0 and "greet" in out and "finished" in out and "alice" in out
+    code, out = run(server, "jobs", token=ALICE)  # active jobs only
+    assert code == 0 and "greet" not in out
+    code, out = run(server, "job", job_id, token=ALICE)
+    assert code == 0
+    for words in ("finished", "alice", "guaranteed", "WHO=world", "submitted", "exit code 0"):
+        assert words in out, out
+    # Bob does not see it; the admin (the state dir's token) does.
+    code, out = run(server, "job", job_id, token=BOB)
+    assert code == 2 and f"error: no job '{job_id}'" in out
+    code, out = run(server, "jobs", "--all", "--json")
+    assert code == 0 and job_id in [j["job_id"] for j in json.loads(out)]
+
+
+def test_submit_from_a_job_file(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "job.toml").write_text(
+        f'command = ["{PY}", "-c", "import os; print(os.getcwd())"]\nname = "from-file"\ncwd = "work"\n'
+        'tenant = "bob"\nenv = {X = "1"}\n'
+    )
+    code, out = run(server, "submit", "--file", str(tmp_path / "job.toml"), "--json")
+    assert code == 0, out
+    job = json.loads(out)
+    assert job["name"] == "from-file" and job["tenant"] == "bob" and job["env"] == {"X": "1"}
+    assert job["cwd"] == str((tmp_path / "work").resolve())
+    wait_phase(server, job["job_id"], "finished")
+    code, out = run(server, "logs", job["job_id"])
+    assert str((tmp_path / "work").resolve()) in out
+
+
+def test_logs_follow_until_the_job_ends(server: Server) -> None:
+    script = "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.4)\nprint('done')"
+    code, out = run(server, "submit", "--", PY, "-c", script, token=BOB)
+    assert code == 0, out
+    job_id = out.splitlines()[0]
+    code, out = run(server, "logs", "-f", job_id, token=BOB)
+    assert code == 0, out
+    assert "tick 0" in out and "tick 2" in out and "done" in out
+
+
+def test_cancel_a_running_job(server: Server) -> None:
+    code, out = run(server, "submit", "--", PY, "-c", "import time; time.sleep(60)", token=ALICE)
+    job_id = out.splitlines()[0]
+    wait_phase(server, job_id, "running")
+    code, out = run(server, "cluster", token=ALICE)
+    assert code == 0 and f"{job_id} (alice, 1)" in out
+    code, out = run(server, "cluster", token=BOB)  # another tenant's job: its share, not its name
+    assert code == 0 and "? (other tenant, 1)" in out and f"{job_id} (alice" not in out
+    code, out = run(server, "cancel", job_id, token=BOB)
+    assert code == 2 and f"error: no job '{job_id}'" in out
+    code, out = run(server, "cancel", job_id, token=ALICE)
+    assert code == 0 and f"job {job_id}: cancelled" in out
+    wait_phase(server, job_id, "cancelled")
+    code, out = run(server, "cancel", job_id, token=ALICE)
+    assert code == 2 and "already ended (cancelled)" in out
+
+
+def test_cluster_and_tenants(server: Server) -> None:
+    code, out = run(server, "cluster")
+    assert code == 0, out
+    assert "STAND-IN GPUs" in out and "stand-in" in out and "policy fifo" in out
+    assert "alice" in out and "bob" in out  # the tenants' table
+    code, out = run(server, "cluster", "--json")
+    snap = json.loads(out)
+    assert snap["cluster"]["num_gpus"] == 2 and {t["name"] for t in snap["tenants"]} == {"alice", "bob"}
+    code, out = run(server, "tenants", token=BOB)
+    assert code == 0 and "bob" in out and "alice" not in out
+    code, out = run(server, "tenants", "--json")
+    assert [t["quota_gpus"] for t in json.loads(out)] == [1, 1]
+    code, out = run(None, "cluster", "2x4")  # with a SPEC: the spec, as before
+    assert code == 0 and "cluster" in out
+
+
+# -- errors ---------------------------------------------------------------------------------------------------------
+def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
+    cases = [
+        (run(server, "submit", "--gpus", "5", "--opportunistic", "--", "true", token=ALICE), "this cluster has 2"),
+        (run(server, "submit", "--gpus", "2", "--", "true", token=ALICE), "quota of 1 GPUs"),
+        (run(server, "submit", "--tenant", "bob", "--", "true", token=ALICE), "cannot submit for 'bob'"),
+        (run(server, "submit", "--", "true"), "tenant is required with the admin token"),
+        (run(server, "submit", "--tenant", "carol", "--", "true"), "unknown tenant 'carol'"),
+        (run(server, "submit", token=ALICE), "no command"),
+        (run(server, "job", "999"), "no job '999'"),
+        (run(server, "logs", "999"), "no job '999'"),
+        (run(server, "jobs", "--phase", "sleeping"), "unknown phase 'sleeping'"),
+        (run(server, "jobs", token="not-a-token-at-all"), "unknown token"),
+        (run(None, "jobs", state_dir=tmp_path / "none"), "no corral server found"),
+        (run(None, "jobs", "--url", f"http://127.0.0.1:{free_port()}", "--token", ALICE), "no corral server at"),
+    ]
+    (tmp_path / "bad.toml").write_text('command = ["true"]\ngpus = 2\n')
+    cases.append((run(server, "submit", "--file", str(tmp_path / "bad.toml")), "bad.toml: gpus: unknown key"))
+    for (code, out), words in cases:
+        assert code == 2, out
+        assert out.startswith("error: ") and words in out, out
+        assert len(out.strip().splitlines()) == 1, out
+        assert "Traceback" not in out
+    code, out = run(server, "submit", "--env", "NOEQUALS", "--", "true", token=ALICE)
+    assert code == 2 and "KEY=VALUE" in out

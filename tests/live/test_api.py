@@ -1,0 +1,452 @@
+"""The HTTP API against a real controller with two stand-in GPUs and real job processes: a job's whole life,
+tenant isolation, every bad request refused with a clear message and nothing changed, the OpenAPI schema, and
+cancelling a running job."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+with warnings.catch_warnings():  # newer Starlette nags about httpx; the client works
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from corral.core.job import JobPhase
+from corral.live.api import _utf8_cut, create_app
+from corral.live.config import ServeConfig, TenantConfig
+from corral.live.controller import Controller
+from corral.live.records import BadRequest, ProcessPhase
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ALICE = "alice-token-0123456789"
+BOB = "bob-token-0123456789ab"
+ADMIN = "admin-token-0123456789"
+PY = sys.executable
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+A, B, ROOT = auth(ALICE), auth(BOB), auth(ADMIN)
+
+
+@pytest.fixture
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    # A short state dir: the agent's Unix socket lives there (paths are limited to ~100 bytes).
+    config = ServeConfig(
+        state_dir=tmp_path_factory.mktemp("c"),
+        gpus=2,
+        tenants=(TenantConfig("alice", 1, token=ALICE), TenantConfig("bob", 1, token=BOB)),
+        admin_token=ADMIN,
+        policy="fifo",
+        grace_s=2.0,
+    )
+    c = Controller.from_config(config)
+    c.start()
+    try:
+        yield c
+    finally:  # leave no process behind: stop() alone keeps jobs running for the next start
+        for record in c.jobs(phases=[JobPhase.PENDING, JobPhase.RUNNING]):
+            with contextlib.suppress(BadRequest):
+                c.cancel(record.job_id)
+        deadline = time.monotonic() + 20
+        while any(r.process.phase is not ProcessPhase.NONE for r in c.jobs()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c.stop()
+
+
+@pytest.fixture
+def api(controller: Controller) -> TestClient:
+    return TestClient(create_app(controller))
+
+
+def submit(api: TestClient, headers: dict[str, str], **body: Any) -> dict[str, Any]:
+    r = api.post("/v1/jobs", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    job: dict[str, Any] = r.json()
+    return job
+
+
+def wait_for(api: TestClient, job_id: str, phases: set[str], headers: dict[str, str] = ROOT) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        if job["phase"] in phases and (job["phase"] != "running" or job["process"]["phase"] == "running"):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} stuck in {job['phase']}: {job}"
+        time.sleep(0.05)
+
+
+def wait_ended(api: TestClient, job_id: str) -> dict[str, Any]:
+    """Until the job ended and its process is gone (its log is complete)."""
+    deadline = time.monotonic() + 30
+    while True:
+        job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}", headers=ROOT).json()
+        if job["phase"] in ("finished", "failed", "cancelled", "rejected") and job["process"]["phase"] == "none":
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} did not end: {job}"
+        time.sleep(0.05)
+
+
+def read_log(api: TestClient, job_id: str, headers: dict[str, str] = ROOT, limit: int | None = None) -> str:
+    text, offset = "", 0
+    for _ in range(10_000):
+        params: dict[str, int] = {"offset": offset}
+        if limit is not None:
+            params["limit"] = limit
+        chunk = api.get(f"/v1/jobs/{job_id}/logs", params=params, headers=headers).json()
+        text += chunk["text"]
+        offset = chunk["next_offset"]
+        if chunk["complete"]:
+            return text
+    raise AssertionError("the log never completed")
+
+
+# -- a job's life ---------------------------------------------------------------------------------------------
+def test_submit_run_finish_with_logs_and_events(api: TestClient) -> None:
+    job = submit(api, A, command=[PY, "-c", "print('hello from corral')"], name="hi")
+    assert job["phase"] == "pending" and job["tenant"] == "alice" and job["name"] == "hi"
+    assert job["cwd"] and Path(job["cwd"]).is_absolute()
+    done = wait_ended(api, job["job_id"])
+    assert done["phase"] == "finished", done
+    assert done["process"]["exit_code"] == 0 and done["first_start_s"] is not None and done["end_s"] is not None
+    assert "hello from corral" in read_log(api, job["job_id"], A)
+    kinds = [e["kind"] for e in api.get(f"/v1/jobs/{job['job_id']}/events", headers=A).json()["events"]]
+    assert kinds[0] == "submitted" and "finished" in kinds
+    listed = api.get("/v1/jobs", params={"phase": "finished"}, headers=A).json()["jobs"]
+    assert [j["job_id"] for j in listed] == [job["job_id"]]
+
+
+def test_a_failing_job_is_failed(api: TestClient) -> None:
+    job = submit(api, B, command=[PY, "-c", "import sys; print('oops', file=sys.stderr); sys.exit(3)"])
+    done = wait_ended(api, job["job_id"])
+    assert done["phase"] == "failed" and done["process"]["exit_code"] == 3
+    assert "oops" in read_log(api, job["job_id"])
+
+
+def test_logs_in_small_chunks_never_split_a_character(api: TestClient) -> None:
+    job = submit(api, A, command=[PY, "-c", "print('é€😀' * 50)"], env={"PYTHONIOENCODING": "utf-8"})
+    wait_ended(api, job["job_id"])
+    whole = read_log(api, job["job_id"])
+    assert "é€😀" * 50 in whole
+    for limit in (1, 2, 3, 5, 7):
+        assert read_log(api, job["job_id"], limit=limit) == whole
+
+
+def test_utf8_cut() -> None:
+    text = "aé€😀".encode()
+    assert _utf8_cut(text) == len(text)
+    assert _utf8_cut(text[:-1]) == len(text) - 4  # half an emoji is kept for the next chunk
+    assert _utf8_cut(text[:2]) == 1
+    assert _utf8_cut(b"") == 0
+
+
+def test_logs_before_the_job_started_are_empty(api: TestClient, controller: Controller) -> None:
+    blocker = submit(api, A, command=[PY, "-c", "import time; time.sleep(30)"])
+    waiting = submit(api, A, command=[PY, "-c", "print(1)"])  # alice's quota is 1 GPU: it waits
+    wait_for(api, blocker["job_id"], {"running"})
+    chunk = api.get(f"/v1/jobs/{waiting['job_id']}/logs", headers=A).json()
+    assert chunk == {
+        "job_id": waiting["job_id"],
+        "offset": 0,
+        "next_offset": 0,
+        "text": "",
+        "size": 0,
+        "complete": False,
+    }
+    for j in (waiting, blocker):
+        assert api.post(f"/v1/jobs/{j['job_id']}/cancel", headers=A).status_code == 200
+
+
+def test_cancel_a_running_job(api: TestClient) -> None:
+    job = submit(api, A, command=[PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
+    running = wait_for(api, job["job_id"], {"running"}, A)
+    assert running["placement"]["gpus"] in ([0], [1])
+    snapshot = api.get("/v1/cluster", headers=A).json()
+    assert sum(len(g["jobs"]) for g in snapshot["gpus"]) == 1 and snapshot["running"] == 1
+    r = api.post(f"/v1/jobs/{job['job_id']}/cancel", headers=A)
+    assert r.status_code == 200, r.text
+    assert r.json()["phase"] == "cancelled"
+    done = wait_ended(api, job["job_id"])
+    assert done["phase"] == "cancelled" and done["process"]["exit_code"] != 0
+    again = api.post(f"/v1/jobs/{job['job_id']}/cancel", headers=A)
+    assert again.status_code == 409 and "already ended" in again.json()["detail"]
+    assert api.get("/v1/cluster", headers=A).json()["running"] == 0
+
+
+def test_cancel_a_pending_job(api: TestClient) -> None:
+    blocker = submit(api, B, command=[PY, "-c", "import time; time.sleep(30)"])
+    waiting = submit(api, B, command=[PY, "-c", "print(1)"])
+    wait_for(api, blocker["job_id"], {"running"})
+    r = api.post(f"/v1/jobs/{waiting['job_id']}/cancel", headers=B)
+    assert r.status_code == 200 and r.json()["phase"] == "cancelled"
+    api.post(f"/v1/jobs/{blocker['job_id']}/cancel", headers=ROOT)
+    wait_ended(api, blocker["job_id"])
+
+
+# -- tenants ----------------------------------------------------------------------------------------------------
+def test_tenant_isolation(api: TestClient) -> None:
+    mine = submit(api, A, command=[PY, "-c", "import time; time.sleep(30)"])
+    theirs = submit(api, B, command=[PY, "-c", "print('bob')"])
+    wait_for(api, mine["job_id"], {"running"})
+    wait_ended(api, theirs["job_id"])
+    bid = theirs["job_id"]
+
+    # Another tenant's job is exactly as absent as a job that does not exist.
+    nosuch = api.get("/v1/jobs/999", headers=A)
+    assert nosuch.status_code == 404
+    for method, path in (
+        ("GET", f"/v1/jobs/{bid}"),
+        ("GET", f"/v1/jobs/{bid}/events"),
+        ("GET", f"/v1/jobs/{bid}/logs"),
+        ("POST", f"/v1/jobs/{bid}/cancel"),
+    ):
+        r = api.request(method, path, headers=A)
+        assert r.status_code == 404, (path, r.text)
+        assert r.json()["detail"] == f"no job {bid!r}"
+    assert api.get("/v1/jobs/999", headers=A).json()["detail"] == "no job '999'"
+
+    assert [
+        j["tenant"] for j in api.get("/v1/jobs", params={"phase": "running,finished"}, headers=A).json()["jobs"]
+    ] == ["alice"]
+    everything = api.get("/v1/jobs", params=[("phase", "running"), ("phase", "finished")], headers=ROOT).json()
+    assert {j["job_id"] for j in everything["jobs"]} == {mine["job_id"], bid}
+    bobs = api.get("/v1/jobs", params={"tenant": "bob"}, headers=ROOT).json()["jobs"]
+    assert [j["job_id"] for j in bobs] == [bid]
+    assert api.get("/v1/jobs", params={"tenant": "bob", "phase": "running"}, headers=ROOT).json()["jobs"] == []
+    r = api.get("/v1/jobs", params={"tenant": "alice"}, headers=B)
+    assert r.status_code == 403 and "cannot list" in r.json()["detail"]
+    r = api.post("/v1/jobs", json={"command": ["true"], "tenant": "alice"}, headers=B)
+    assert r.status_code == 403 and "cannot submit for 'alice'" in r.json()["detail"]
+
+    # The admin sees and acts on every job.
+    assert api.get(f"/v1/jobs/{bid}", headers=ROOT).json()["tenant"] == "bob"
+    assert "bob" in read_log(api, bid, ROOT)
+
+    # The cluster: bob sees alice's share, not her job.
+    gpus = api.get("/v1/cluster", headers=B).json()["gpus"]
+    on = [j for g in gpus for j in g["jobs"]]
+    assert on == [{"job_id": None, "tenant": None, "gpu_milli": 1000, "opportunistic": False}]
+    on = [j for g in api.get("/v1/cluster", headers=A).json()["gpus"] for j in g["jobs"]]
+    assert on == [{"job_id": mine["job_id"], "tenant": "alice", "gpu_milli": 1000, "opportunistic": False}]
+    assert [t["name"] for t in api.get("/v1/tenants", headers=B).json()["tenants"]] == ["bob"]
+    tenants = {t["name"]: t for t in api.get("/v1/tenants", headers=ROOT).json()["tenants"]}
+    assert set(tenants) == {"alice", "bob"}
+    assert tenants["alice"]["quota_gpus"] == 1 and tenants["alice"]["guaranteed_gpus"] == 1.0
+    assert tenants["alice"]["running"] == 1 and tenants["bob"]["running"] == 0
+
+    api.post(f"/v1/jobs/{mine['job_id']}/cancel", headers=ROOT)
+    wait_ended(api, mine["job_id"])
+
+
+def test_the_admin_names_the_tenant(api: TestClient) -> None:
+    r = api.post("/v1/jobs", json={"command": ["true"]}, headers=ROOT)
+    assert r.status_code == 422 and "tenant is required" in r.json()["detail"]
+    job = submit(api, ROOT, command=[PY, "-c", "pass"], tenant="bob")
+    assert job["tenant"] == "bob"
+    wait_ended(api, job["job_id"])
+
+
+# -- bad requests ---------------------------------------------------------------------------------------------------
+GOOD = {"command": [PY, "-c", "pass"]}
+
+BAD: list[tuple[str, dict[str, str], Any, int, str]] = [
+    # (case, headers, body, status, words in the detail)
+    ("zero GPUs", A, {**GOOD, "num_gpus": 0}, 422, "field 'num_gpus': Input should be greater than or equal to 1"),
+    ("negative GPUs", A, {**GOOD, "num_gpus": -2}, 422, "num_gpus"),
+    ("more GPUs than the cluster", A, {**GOOD, "num_gpus": 3, "opportunistic": True}, 422, "this cluster has 2"),
+    ("above the quota", A, {**GOOD, "num_gpus": 2}, 422, "quota of 1 GPUs"),
+    ("share of zero", A, {**GOOD, "gpu_milli": 0}, 422, "gpu_milli"),
+    ("share above one", A, {**GOOD, "gpu_milli": 1001}, 422, "gpu_milli"),
+    (
+        "fraction of two",
+        B,
+        {**GOOD, "num_gpus": 2, "gpu_milli": 500, "opportunistic": True},
+        422,
+        "needs num_gpus == 1",
+    ),
+    ("no command", A, {"num_gpus": 1}, 422, "field 'command' is required"),
+    ("empty command", A, {"command": []}, 422, "field 'command'"),
+    ("empty argument", A, {"command": [""]}, 422, "field 'command.0'"),
+    ("command as a string", A, {"command": "python x.py"}, 422, "field 'command': Input should be a valid list"),
+    ("GPUs as a string", A, {**GOOD, "num_gpus": "1"}, 422, "field 'num_gpus': Input should be a valid integer"),
+    ("GPUs as a float", A, {**GOOD, "num_gpus": 1.5}, 422, "field 'num_gpus'"),
+    ("an unknown field", A, {**GOOD, "gpus": 1}, 422, "field 'gpus' is not a known field"),
+    ("not an object", A, [1, 2], 422, "the body"),
+    ("a relative cwd", A, {**GOOD, "cwd": "here"}, 422, "cwd must be an absolute path"),
+    ("a missing cwd", A, {**GOOD, "cwd": "/no/such/dir"}, 422, "does not exist"),
+    ("a reserved variable", A, {**GOOD, "env": {"CORRAL_JOB_ID": "x"}}, 422, "CORRAL_JOB_ID"),
+    ("an unknown tenant", ROOT, {**GOOD, "tenant": "carol"}, 404, "unknown tenant 'carol'"),
+    ("another tenant", A, {**GOOD, "tenant": "bob"}, 403, "cannot submit for 'bob'"),
+    ("an unknown token", auth("x" * 20), GOOD, 401, "unknown token"),
+    ("no token", {}, GOOD, 401, "missing token"),
+    ("another scheme", {"Authorization": f"Basic {ALICE}"}, GOOD, 401, "missing token"),
+]
+
+
+@pytest.mark.parametrize(("case", "headers", "body", "status", "words"), BAD, ids=[c[0] for c in BAD])
+def test_bad_submissions_change_nothing(
+    api: TestClient, controller: Controller, case: str, headers: dict[str, str], body: Any, status: int, words: str
+) -> None:
+    before = len(controller.jobs())
+    r = api.post("/v1/jobs", json=body, headers=headers)
+    assert r.status_code == status, r.text
+    assert words in r.json()["detail"], r.json()
+    assert isinstance(r.json()["detail"], str)
+    assert len(controller.jobs()) == before
+    if status == 401:
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_malformed_json(api: TestClient, controller: Controller) -> None:
+    r = api.post("/v1/jobs", content=b'{"command": [', headers={**A, "Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("the body is not valid JSON"), r.text
+    assert controller.jobs() == []
+
+
+def test_oversize_bodies_are_refused_before_parsing(api: TestClient, controller: Controller) -> None:
+    big = {"command": ["echo", "x" * 70_000]}
+    r = api.post("/v1/jobs", json=big, headers=A)
+    assert r.status_code == 413 and "limit is 65536 bytes" in r.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer
+        yield b'{"command": ["echo", "'
+        for _ in range(100):
+            yield b"x" * 1000
+        yield b'"]}'
+
+    r = api.post("/v1/jobs", content=chunks(), headers={**A, "Content-Type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert controller.jobs() == []
+
+    def small() -> Iterator[bytes]:  # a chunked body under the limit goes through
+        yield b'{"command": ["' + PY.encode() + b'", '
+        yield b'"-c", "pass"]}'
+
+    r = api.post("/v1/jobs", content=small(), headers={**A, "Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    wait_ended(api, r.json()["job_id"])
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "words"),
+    [
+        ("/v1/jobs", {"limit": 0}, 422, "query parameter 'limit'"),
+        ("/v1/jobs", {"limit": "many"}, 422, "query parameter 'limit'"),
+        ("/v1/jobs", {"phase": "sleeping"}, 422, "unknown phase 'sleeping'"),
+        ("/v1/jobs", {"tenant": "carol"}, 404, "unknown tenant 'carol'"),
+        ("/v1/jobs/1", {}, 404, "no job '1'"),
+        ("/v1/jobs/abc/events", {}, 404, "no job 'abc'"),
+        ("/v1/jobs/1/logs", {}, 404, "no job '1'"),
+    ],
+)
+def test_bad_queries(api: TestClient, path: str, params: dict[str, Any], status: int, words: str) -> None:
+    r = api.get(path, params=params, headers=ROOT)
+    assert r.status_code == status, r.text
+    assert words in r.json()["detail"]
+
+
+def test_bad_log_offsets(api: TestClient) -> None:
+    job = submit(api, A, **GOOD)
+    r = api.get(f"/v1/jobs/{job['job_id']}/logs", params={"offset": -1}, headers=A)
+    assert r.status_code == 422 and "query parameter 'offset'" in r.json()["detail"]
+    r = api.get(f"/v1/jobs/{job['job_id']}/logs", params={"limit": 10**9}, headers=A)
+    assert r.status_code == 422
+    wait_ended(api, job["job_id"])
+    far = api.get(f"/v1/jobs/{job['job_id']}/logs", params={"offset": 10**9}, headers=A).json()
+    assert far["text"] == "" and far["next_offset"] == 10**9
+
+
+def test_cancel_unknown(api: TestClient) -> None:
+    r = api.post("/v1/jobs/77/cancel", headers=ROOT)
+    assert r.status_code == 404 and r.json()["detail"] == "no job '77'"
+
+
+def test_unexpected_errors_are_500_without_a_traceback(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def boom() -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(controller, "cluster", boom)
+    api = TestClient(create_app(controller), raise_server_exceptions=False)
+    r = api.get("/v1/cluster", headers=ROOT)
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal server error (the server's log says more)"}
+    assert "secret" not in r.text and "Traceback" not in r.text
+    assert "secret internals" in caplog.text  # logged on the server's side
+
+
+# -- the rest -----------------------------------------------------------------------------------------------------
+def test_health_needs_no_token(api: TestClient) -> None:
+    r = api.get("/v1/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_cluster_view(api: TestClient) -> None:
+    snap = api.get("/v1/cluster", headers=ROOT).json()
+    assert snap["num_gpus"] == 2 and snap["policy"].startswith("fifo")
+    assert [g["index"] for g in snap["gpus"]] == [0, 1]
+    assert all(g["stand_in"] and g["type_name"] == "stand-in" and g["mem_mib"] == 16384 for g in snap["gpus"])
+
+
+def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None:
+    schema = api.get("/openapi.json").json()
+    assert schema["info"]["title"] == "corral"
+    paths = schema["paths"]
+    expected = {
+        ("post", "/v1/jobs"),
+        ("get", "/v1/jobs"),
+        ("get", "/v1/jobs/{job_id}"),
+        ("get", "/v1/jobs/{job_id}/events"),
+        ("get", "/v1/jobs/{job_id}/logs"),
+        ("post", "/v1/jobs/{job_id}/cancel"),
+        ("get", "/v1/cluster"),
+        ("get", "/v1/tenants"),
+        ("get", "/v1/health"),
+    }
+    assert {(m, p) for p, ops in paths.items() for m in ops} == expected
+    for p, ops in paths.items():
+        for m, op in ops.items():
+            assert op.get("summary") and op.get("description"), (m, p)
+    for name, model in schema["components"]["schemas"].items():
+        if name in ("HTTPValidationError", "ValidationError"):
+            continue
+        assert model.get("description"), name
+        for field, prop in model.get("properties", {}).items():
+            assert prop.get("description"), (name, field)
+    sub = schema["components"]["schemas"]["JobSubmission"]["properties"]
+    assert sub["num_gpus"]["minimum"] == 1
+    assert (sub["gpu_milli"]["minimum"], sub["gpu_milli"]["maximum"]) == (1, 1000)
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+    assert api.get("/docs").status_code == 200
+
+
+def test_the_client_shapes_match_the_api_models() -> None:
+    from corral.live import api as wire
+    from corral.live import client
+
+    pairs = [
+        (client.JobJson, wire.JobOut),
+        (client.PlacementJson, wire.PlacementOut),
+        (client.ProcessJson, wire.ProcessOut),
+        (client.TelemetryJson, wire.TelemetryOut),
+        (client.EventJson, wire.EventOut),
+        (client.LogChunkJson, wire.LogChunk),
+        (client.GpuJobJson, wire.GpuJobOut),
+        (client.GpuJson, wire.GpuOut),
+        (client.ClusterJson, wire.ClusterOut),
+        (client.TenantJson, wire.TenantOut),
+        (client.HealthJson, wire.Health),
+    ]
+    for shape, model in pairs:
+        assert list(shape.__annotations__) == list(model.model_fields), model.__name__
