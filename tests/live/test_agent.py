@@ -176,7 +176,7 @@ def req(job_id: str, *command: str, run: int = 1, gpus: tuple[int, ...] = (0,), 
         cwd=kw.pop("cwd", "/"),
         env=kw.pop("env", {}),
         gpus=gpus,
-        grace_s=kw.pop("grace_s", 0.5),
+        grace_s=kw.pop("grace_s", 10.0),
         **kw,
     )
 
@@ -253,7 +253,7 @@ def test_launch_sets_the_contract_environment_and_logs_runs(started: tuple[Agent
         "CORRAL_GPU_MEM_MIB": "2048",
         "CORRAL_STAND_IN": "1",
         "CORRAL_GPUS": "0,1",
-        "CORRAL_GRACE_S": "0.5",
+        "CORRAL_GRACE_S": "10.0",
         "CORRAL_REPORT_INTERVAL_S": "0.5",
         "CUDA_VISIBLE_DEVICES": "",
         "USER_VAR": "x",
