@@ -14,3 +14,4 @@ bench:
 	python benchmarks/bench_antman.py
 	python benchmarks/bench_fragmentation.py
 	python benchmarks/bench_scaling.py
+	python benchmarks/bench_round.py

@@ -7,14 +7,19 @@ takes and releases in small dictionaries. Nothing here touches the engine; the p
 into a :class:`~corral.core.decisions.Decision` and the engine applies (and re-checks) it.
 
 The overlay answers the same index queries as the view (nodes by free count, nodes with any free GPU, partly
-taken GPUs by free share), merging its few changed entries into the view's indexes, so planning stays cheap
-however large the cluster.
+taken GPUs by free share), merging its changed entries into the view's indexes, so planning stays cheap however
+large the cluster. The changed entries are indexed too (sorted per free count, per type), and the view's entries
+that the plan has changed are skipped once for the round, not at every query: a round that plans thousands of
+launches or preemptions (an idle cluster filled from a long queue) costs about as much per placement as a round
+that plans one.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from collections.abc import Iterator
+from typing import Any
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
@@ -22,7 +27,20 @@ from corral.policies.view import ClusterView
 
 
 class Planner:
-    __slots__ = ("_gpu_mem", "_gpu_milli", "_node_free", "_tenant", "_type_free", "topo", "view")
+    __slots__ = (
+        "_any_changed",
+        "_base_nodes",
+        "_by_count",
+        "_gpu_mem",
+        "_gpu_milli",
+        "_node_free",
+        "_num_partial",
+        "_partial",
+        "_tenant",
+        "_type_free",
+        "topo",
+        "view",
+    )
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
@@ -32,6 +50,13 @@ class Planner:
         self._node_free: dict[int, int] = {}
         self._type_free: dict[int, int] = {}
         self._tenant: dict[str, int] = {}
+        # Indexes over the changed entries (only ever added to in a round: a changed node or GPU stays changed).
+        self._by_count: dict[tuple[int, int], list[int]] = {}  # (type, free count) -> changed nodes, ascending
+        self._any_changed: dict[int, list[int]] = {}  # type -> changed nodes with a free GPU, ascending
+        self._partial: dict[int, list[tuple[int, int]]] = {}  # type -> changed partly taken (free, GPU), ascending
+        self._num_partial = 0  # changed GPUs partly taken
+        # (type, free count) -> [the view's nodes of that bucket, how many of its first ones the plan changed]
+        self._base_nodes: dict[tuple[int, int], list[Any]] = {}
 
     # -- reads ------------------------------------------------------------------------------------------------
     def type_free(self, t: int) -> int:
@@ -43,7 +68,7 @@ class Planner:
 
     def has_partial(self) -> bool:
         """Is any GPU partly taken (so a fractional request might fit where no GPU is entirely free)?"""
-        if any(0 < m < FULL_GPU_MILLI for m in self._gpu_milli.values()):
+        if self._num_partial:
             return True
         return any(self.view.partial_gpus(t) for t in range(len(self.topo.type_names)))
 
@@ -66,14 +91,32 @@ class Planner:
         return [g for g in self.topo.node_gpus(node) if self.gpu_free_milli(g) == FULL_GPU_MILLI]
 
     def nodes_with_free(self, t: int, count: int) -> Iterator[int]:
-        """Nodes of type ``t`` with exactly ``count`` entirely free GPUs."""
+        """Nodes of type ``t`` with exactly ``count`` entirely free GPUs: the view's (in its order) that the plan
+        left alone, then those the plan changed to ``count``, by node index."""
         changed = self._node_free
-        for node in self.view.nodes_with_free(t, count):
-            if node not in changed:
-                yield node
-        if changed:
-            node_type = self.topo.node_type
-            yield from sorted(n for n, c in changed.items() if c == count and node_type[n] == t)
+        key = (t, count)
+        if not changed:
+            for node in self.view.nodes_with_free(t, count):
+                if node not in changed:  # the caller may plan while it iterates
+                    yield node
+        else:
+            cached = self._base_nodes.get(key)
+            if cached is None:
+                cached = self._base_nodes[key] = [list(self.view.nodes_with_free(t, count)), 0]
+            base: list[int] = cached[0]
+            i = cached[1]
+            end = len(base)
+            while i < end and base[i] in changed:  # a changed node stays changed: skip it for the rest of the round
+                i += 1
+            cached[1] = i
+            while i < end:
+                node = base[i]
+                if node not in changed:
+                    yield node
+                i += 1
+        extra = self._by_count.get(key)
+        if extra:
+            yield from list(extra)
 
     def nodes_with_any_free(self, t: int) -> Iterator[int]:
         """Nodes of type ``t`` with at least one entirely free GPU, by node index."""
@@ -81,9 +124,7 @@ class Planner:
         base = (n for n in self.view.nodes_with_any_free(t) if n not in changed)
         if not changed:
             return base
-        node_type = self.topo.node_type
-        extra = sorted(n for n, c in changed.items() if c > 0 and node_type[n] == t)
-        return heapq.merge(base, extra)
+        return heapq.merge(base, list(self._any_changed.get(t, ())))
 
     def partial_gpus(self, t: int, at_least: int = 1, descending: bool = False) -> Iterator[tuple[int, int]]:
         """``(free_milli, gpu)`` for partly taken GPUs of type ``t`` with at least ``at_least`` free."""
@@ -93,11 +134,9 @@ class Planner:
         base = (e for e in base_iter if e[1] not in changed and e[0] >= at_least)
         if not changed:
             return base
-        gpu_type = self.topo.gpu_type
-        extra = sorted(
-            ((m, g) for g, m in changed.items() if 0 < m < FULL_GPU_MILLI and m >= at_least and gpu_type[g] == t),
-            reverse=descending,
-        )
+        extra = [e for e in self._partial.get(t, ()) if e[0] >= at_least]
+        if descending:
+            extra.reverse()
         return heapq.merge(base, extra, reverse=descending)
 
     def tenant_guaranteed_milli(self, tenant: str) -> int:
@@ -167,13 +206,58 @@ class Planner:
             held = spec.num_gpus * placement.gpu_milli
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - held
 
+    def pass_over(self, jobs: list[JobView]) -> None:
+        """Mark the GPUs of running ``jobs`` as :meth:`release` then a :meth:`take` of the same share and memory
+        would (a victim considered and put back, see ``preemption.place_by_preempting``), without freeing
+        anything. It matters for the order only: a changed node comes after the view's nodes of its free count
+        (see :meth:`nodes_with_free`), and a node is changed once one of its GPUs came entirely free in between."""
+        topo = self.topo
+        gpu_node = topo.gpu_node
+        marked_milli, marked_mem, marked_node = self._gpu_milli, self._gpu_mem, self._node_free
+        freed: dict[int, int] = {}
+        for job in jobs:
+            placement = job.placement
+            assert placement is not None
+            for g in placement.gpus:
+                if g in marked_milli and g in marked_mem and gpu_node[g] in marked_node:
+                    continue  # marked already: marking again changes nothing
+                freed[g] = freed.get(g, 0) + placement.gpu_milli
+        for g, milli in freed.items():
+            free = self.gpu_free_milli(g)
+            self._set(g, free, self.gpu_free_mem_mib(g))
+            node = topo.gpu_node[g]
+            if free != FULL_GPU_MILLI and free + milli == FULL_GPU_MILLI and node not in self._node_free:
+                t = topo.gpu_type[g]
+                count = self._node_free[node] = self.view.node_free(node)
+                insort(self._by_count.setdefault((t, count), []), node)
+                if count > 0:
+                    insort(self._any_changed.setdefault(t, []), node)
+
     def _set(self, gpu: int, milli: int, mem: int) -> None:
-        old = self.gpu_free_milli(gpu)
+        topo = self.topo
+        t = topo.gpu_type[gpu]
+        was = self._gpu_milli.get(gpu)
+        old = self.view.gpu_free_milli(gpu) if was is None else was
+        if was is not None and 0 < was < FULL_GPU_MILLI:
+            self._partial[t].remove((was, gpu))
+            self._num_partial -= 1
+        if 0 < milli < FULL_GPU_MILLI:
+            insort(self._partial.setdefault(t, []), (milli, gpu))
+            self._num_partial += 1
         self._gpu_milli[gpu] = milli
         self._gpu_mem[gpu] = mem
         if (old == FULL_GPU_MILLI) != (milli == FULL_GPU_MILLI):
             delta = 1 if milli == FULL_GPU_MILLI else -1
-            node = self.topo.gpu_node[gpu]
-            t = self.topo.gpu_type[gpu]
-            self._node_free[node] = self.node_free(node) + delta
+            node = topo.gpu_node[gpu]
+            before = self._node_free.get(node)
+            if before is None:
+                before = self.view.node_free(node)
+            else:
+                self._by_count[(t, before)].remove(node)
+                if before > 0:
+                    self._any_changed[t].remove(node)
+            after = self._node_free[node] = before + delta
+            insort(self._by_count.setdefault((t, after), []), node)
+            if after > 0:
+                insort(self._any_changed.setdefault(t, []), node)
             self._type_free[t] = self.type_free(t) + delta

@@ -40,10 +40,9 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -405,13 +404,16 @@ class TiresiasPolicy(BasePolicy):
         taken: set[str] = set()
         walk = PendingWalk(view)
         strict_blocked: dict[tuple[tuple[str, ...], int | None], int] = {}
+        running = self._running
+        end = len(running)  # the running jobs from here on are all taken: no walk from the end revisits them
         for shape, job in walk:
             job_id = job.spec.job_id
             if job_id in launched:
                 continue
             q = self._queue[job_id]
-            lowest = next((e for e in reversed(self._running) if e[-1] not in taken), None)
-            if lowest is None or lowest[0] <= q:
+            while end and running[end - 1][-1] in taken:
+                end -= 1
+            if not end or running[end - 1][0] <= q:
                 break  # the queue is in priority order: nobody later outranks a running job either
             spec = job.spec
             if not planner.quota_allows(spec):
@@ -426,7 +428,7 @@ class TiresiasPolicy(BasePolicy):
                 # the same queue or lower, so they can free no more.
                 walk.block(shape)
                 continue
-            placement = self._free_for(view, planner, spec, q, taken, actions)
+            placement = self._free_for(view, planner, spec, q, taken, actions, end)
             if placement is None:
                 # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
                 # only block sensitive ones, as insensitive ones may still fit where they did not).
@@ -437,6 +439,13 @@ class TiresiasPolicy(BasePolicy):
                 continue
             actions.append(Launch(job_id, placement))
         return actions
+
+    def _below(self, q: int, end: int) -> Iterator[str]:
+        """Running jobs of queues below ``q`` among the first ``end`` in priority order, lowest priority first."""
+        for entry in self._running.islice(0, end, reverse=True):
+            if entry[0] <= q:
+                return
+            yield entry[-1]
 
     def _gpus_below(self, q: int) -> int:
         """GPUs held by running jobs of queues below ``q`` (what preempting all of them would free)."""
@@ -450,10 +459,10 @@ class TiresiasPolicy(BasePolicy):
         q: int,
         taken: set[str],
         actions: list[Action],
+        end: int,
     ) -> Placement | None:
-        # Candidates: running jobs of strictly lower queues, lowest priority first.
-        candidates = (entry[-1] for entry in takewhile(lambda e: e[0] > q, reversed(self._running)))
-        found = place_by_preempting(view, planner, spec, self._strategy(spec), candidates, taken)
+        # Candidates: running jobs of strictly lower queues, lowest priority first (those past ``end`` are taken).
+        found = place_by_preempting(view, planner, spec, self._strategy(spec), self._below(q, end), taken)
         if found is None:
             return None
         placement, victims = found
