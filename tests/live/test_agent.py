@@ -374,7 +374,7 @@ def test_cancel_drops_a_pending_launch_and_stops_a_running_one(started: tuple[Ag
     assert (dropped.exit_code, dropped.requested) == (None, "cancel") and "before it started" in dropped.detail
     agent.cancel("c", 1)
     ex = rec.wait(ProcessExited, "c")
-    assert (ex.signal, ex.requested) == (signal.SIGTERM, "cancel")
+    assert (ex.signal, ex.requested) == (signal.SIGTERM, "cancel"), ex
     agent.cancel("c", 1)  # again, after the exit: nothing more is reported
     agent.cancel("unknown", 1)  # never here: an exit says there is nothing to wait for
     assert rec.wait(ProcessExited, "unknown").detail == "no such process on this node"
@@ -407,7 +407,7 @@ def test_pause_and_resume_by_signal(started: tuple[Agent, Recorder]) -> None:
     wait_until(lambda: proc_state(child) == "T", "the group to stop again")
     agent.cancel("p", 1)  # a stopped job gets SIGCONT after the SIGTERM, so it dies at once
     ex = rec.wait(ProcessExited, "p")
-    assert (ex.signal, ex.requested) == (signal.SIGTERM, "cancel")
+    assert (ex.signal, ex.requested) == (signal.SIGTERM, "cancel"), ex
 
 
 # -- the channel ----------------------------------------------------------------------------------------------
