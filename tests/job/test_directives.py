@@ -150,7 +150,8 @@ def test_reconnects_after_the_agent_goes_away(peer: AgentPeer) -> None:
     wait_until(lambda: job.global_step > at_stop + 10)  # training goes on without the agent
     peer.start()
     peer.wait_connections(2)
-    assert len(peer.received(contract.Hello)) == 2
+    # The second connection is accepted before its Hello is read: wait for the message, not just the socket.
+    wait_until(lambda: len(peer.received(contract.Hello)) == 2)
     peer.expect(contract.Hello)
     peer.expect(contract.StepReport)
     peer.send(contract.Pause())  # directives work on the new connection
