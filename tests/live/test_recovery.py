@@ -7,50 +7,23 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from corral.live.client import Client
+from live_server import Server, start_server, stop_server
 
 PY = sys.executable
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _serve(state_dir: Path) -> tuple[subprocess.Popen[bytes], Client]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [PY, "-m", "corral.cli.main", "serve", "--state-dir", str(state_dir), "--port", str(port), "--gpus", "2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"corral serve exited: {proc.stderr.read() if proc.stderr else ''!r}")
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "corral serve did not come up"
-        time.sleep(0.1)
+def _serve(state_dir: Path) -> tuple[Server, Client]:
+    server = start_server(state_dir, "--gpus", "2")
     token = (state_dir / "admin.token").read_text().strip()
-    return proc, Client(url, token)
+    return server, Client(server.url, token)
 
 
 def _until(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
@@ -89,8 +62,8 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(state_dir: Pat
         survivor_pid = client.job(survivor["job_id"])["process"]["pid"]
         victim_pid = client.job(victim["job_id"])["process"]["pid"]
     finally:
-        server.send_signal(signal.SIGKILL)
-        server.wait()
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait()
     assert survivor_pid and victim_pid
     os.killpg(victim_pid, signal.SIGKILL)  # this one dies while no controller watches
     os.kill(survivor_pid, 0)  # this one lives on
@@ -118,5 +91,4 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(state_dir: Pat
         d = client.job(done["job_id"])
         assert d["process"]["run"] == 1 and client.logs(done["job_id"])["text"].splitlines().count("D ran") == 1
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        stop_server(server)
