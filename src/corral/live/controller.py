@@ -404,7 +404,7 @@ class Controller:
 
     def _turn(self, now: float, items: Iterable[_Item]) -> None:
         self._turn_now = now
-        calls = []
+        waiting = []  # answered after the turn is committed: a cancel's caller then reads the ended job
         for item in items:
             if item.kind == "submit":
                 spec, request = item.payload
@@ -414,13 +414,11 @@ class Controller:
                 self.engine.schedule(now, JobCancelled(item.payload, "cancelled by a user"))
             elif item.kind == "report":
                 self._on_report(item.payload, now)
-            elif item.kind == "call":
-                calls.append(item)
-            if item.kind != "call" and item.done is not None:
-                calls.append(item)
+            if item.done is not None:
+                waiting.append(item)
         self.engine.run(until_s=now)
         self._flush(now)
-        for item in calls:
+        for item in waiting:
             if item.kind == "call":
                 try:
                     item.result = item.payload()
