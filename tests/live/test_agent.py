@@ -26,6 +26,7 @@ from corral.live import agent as agent_module
 from corral.live.agent import (
     Agent,
     AgentReport,
+    JobMeasured,
     JobReported,
     JobSaid,
     LaunchRequest,
@@ -33,7 +34,7 @@ from corral.live.agent import (
     ProcessStarted,
     safe_name,
 )
-from corral.live.gpus import GpuInfo, discover_gpus
+from corral.live.gpus import GpuInfo, ProcessSample, discover_gpus
 
 PY = sys.executable
 T = TypeVar("T")
@@ -609,3 +610,27 @@ def test_a_stale_socket_is_replaced(node: Node) -> None:
     rec.wait(JobReported, "ok")
     agent.cancel("ok", 1)
     rec.wait(ProcessExited, "ok")
+
+
+# -- NVML figures -------------------------------------------------------------------------------------------------
+def test_nvml_process_samples_are_attributed_to_runs_by_process_group(started: tuple[Agent, Recorder]) -> None:
+    """The agent's sampler thread is NVML-only; here the samples are handed to the same attribution code it feeds.
+    A sample of the job's child process (its own process group's member) counts for the job; another pid not."""
+    agent, rec = started
+    agent.launch(req("m", PY, "-c", SLEEP_LOOP, gpus=(0,)))
+    shim = rec.wait(ProcessStarted, "m").pid
+    child_file = agent.run_dir("m", 1) / "child"
+    wait_until(child_file.exists, "the child record")
+    child = int(child_file.read_text())
+    agent.measured(
+        [
+            ProcessSample(0, child, 1200, 0.4),
+            ProcessSample(0, shim, 300, None),  # the shim itself is in the group too (it holds no GPU in reality)
+            ProcessSample(0, os.getpid(), 999, 0.9),  # not the job's
+            ProcessSample(0, 2**22 + 7, 50, 0.1),  # gone: no such process
+        ]
+    )
+    m = rec.wait(JobMeasured, "m")
+    assert (m.run, m.mem_used_mib, m.sm_util) == (1, 1500, pytest.approx(0.4))
+    agent.cancel("m", 1)
+    rec.wait(ProcessExited, "m")

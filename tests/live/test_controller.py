@@ -215,3 +215,19 @@ def test_preempted_pytorch_job_resumes_from_its_checkpoint_with_the_same_final_w
         assert all(torch.equal(a[k], b[k]) for k in a)
     finally:
         shutdown(c)
+
+
+def test_telemetry_takes_nvml_figures_over_the_jobs_own_estimates() -> None:
+    from corral.core import contract
+    from corral.live.agent import JobMeasured
+    from corral.live.controller import _telemetry
+
+    report = contract.StepReport(
+        job_id="j", run=1, step=5, steps=5, step_time_s=0.1, busy_s=0.05, mem_peak_mib=800, mem_need_mib=2000
+    )
+    alone = _telemetry(report, 3.0)
+    assert (alone.sm_util, alone.mem_peak_mib, alone.mem_need_mib) == (0.5, 800, 2000)
+    nvml = _telemetry(report, 3.0, JobMeasured("j", 1, 1300, 0.7))
+    assert (nvml.sm_util, nvml.mem_peak_mib, nvml.mem_need_mib) == (0.7, 1300, 2000)
+    no_figures = _telemetry(report, 3.0, JobMeasured("j", 1, None, None))
+    assert no_figures == alone

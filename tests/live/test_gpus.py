@@ -39,8 +39,11 @@ def fake_pynvml(
     *,
     init_error: str | None = None,
     broken: frozenset[int] = frozenset(),
+    procs: dict[int, list[tuple[int, int | None, list[tuple[int, int]]]]] | None = None,
 ) -> types.ModuleType:
-    """A ``pynvml`` with ``devices`` as (name, total MiB, used MiB, utilisation %); ``broken`` ones fail to sample."""
+    """A ``pynvml`` with ``devices`` as (name, total MiB, used MiB, utilisation %); ``broken`` ones fail to sample.
+    ``procs``: per GPU, its processes as (pid, used MiB or None, [(timestamp µs, SM %), ...] utilisation samples).
+    """
     mod = types.ModuleType("pynvml")
     calls: list[str] = []
 
@@ -59,6 +62,17 @@ def fake_pynvml(
             raise FakeNVMLError("GPU is lost")
         return i
 
+    def process_util(h: int, since: int) -> list[Any]:
+        found = [
+            types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm)
+            for pid, _, samples in (procs or {}).get(checked(h), [])
+            for ts, sm in samples
+            if ts > since
+        ]
+        if not found:
+            raise FakeNVMLError("Not Found")
+        return found
+
     fns: dict[str, Callable[..., Any]] = {
         "nvmlInit": init,
         "nvmlShutdown": lambda: calls.append("shutdown"),
@@ -68,6 +82,11 @@ def fake_pynvml(
         "nvmlDeviceGetUUID": lambda h: f"GPU-{h:08d}",
         "nvmlDeviceGetMemoryInfo": lambda h: _Mem(devices[checked(h)][1] * MIB, devices[h][2] * MIB),
         "nvmlDeviceGetUtilizationRates": lambda h: _Util(devices[checked(h)][3]),
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=None if mem is None else mem * MIB)
+            for pid, mem, _ in (procs or {}).get(checked(h), [])
+        ],
+        "nvmlDeviceGetProcessUtilization": process_util,
     }
     for name, fn in fns.items():
         setattr(mod, name, fn)
@@ -164,3 +183,26 @@ def test_sampler_on_stand_ins_needs_no_nvml(monkeypatch: pytest.MonkeyPatch) -> 
     sampler = GpuSampler(discover_gpus(stand_in=2))
     assert sampler.sample() == [GpuSample(0, None, None), GpuSample(1, None, None)]
     sampler.close()
+
+
+def test_process_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    procs = {
+        0: [(101, 900, [(10, 40), (20, 60)]), (102, None, [])],
+        1: [(101, 500, [(15, 30)])],
+    }
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("H100", 81559, 0, 0)] * 2, procs=procs))
+    sampler = GpuSampler([GpuInfo(0, "H100", 81559, "u0", False), GpuInfo(1, "H100", 81559, "u1", False)])
+    got = sampler.processes()
+    assert [(p.index, p.pid, p.mem_used_mib) for p in got] == [(0, 101, 900), (0, 102, None), (1, 101, 500)]
+    assert got[0].sm_util == pytest.approx(0.5) and got[1].sm_util is None and got[2].sm_util == pytest.approx(0.3)
+    again = sampler.processes()  # no utilisation sample since the last call: memory only
+    assert [p.sm_util for p in again] == [None, None, None]
+    sampler.close()
+
+
+def test_process_samples_skip_stand_ins_and_broken_gpus(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("H100", 81559, 0, 0)], broken=frozenset({0})))
+    sampler = GpuSampler([GpuInfo(0, "H100", 81559, "u0", False), *discover_gpus(stand_in=1)])
+    with caplog.at_level(logging.WARNING):
+        assert sampler.processes() == [] and sampler.processes() == []
+    assert sum("cannot list the processes" in r.message for r in caplog.records) == 1

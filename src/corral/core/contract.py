@@ -118,7 +118,10 @@ class StepReport:
     mean wall time (including any idle the job's duty cycle added); ``busy_s`` their mean busy time (the step's
     own work); ``mem_peak_mib`` the GPU memory the job's allocator peaked at over them (0 on a CPU);
     ``mem_cap_mib`` the cap the job applied, if any; ``batch_size`` the batch size in use, if the job told the
-    library."""
+    library. ``mem_need_mib`` is the peak the job measured with no degradation (full batch, everything on the
+    GPU), when it knows it: above ``mem_peak_mib`` when a cap made it degrade; ``mem_mode`` names the rung of the
+    degradation ladder in use (``"full"``, ``"micro4"``, ``"micro8+act-host"``, ``"micro8+act-host+opt-host"``;
+    ``None`` when the job does not run its steps through ``Job.train_step``)."""
 
     job_id: str
     run: int
@@ -129,26 +132,34 @@ class StepReport:
     mem_peak_mib: int
     mem_cap_mib: int | None = None
     batch_size: int | None = None
+    mem_need_mib: int | None = None
+    mem_mode: str | None = None
     type: ClassVar[str] = "step"
 
 
 @dataclass(frozen=True, slots=True)
 class Paused:
-    """Job to agent: the job stopped at a step boundary, GPU memory kept, and waits for :class:`Resume`."""
+    """Job to agent: the job stopped at a step boundary and waits for :class:`Resume`. With ``evicted`` it moved
+    its model and optimizer state to host memory and gave its GPU memory back, which took ``took_s`` seconds;
+    otherwise its GPU memory is kept."""
 
     job_id: str
     run: int
     step: int
+    evicted: bool = False
+    took_s: float | None = None
     type: ClassVar[str] = "paused"
 
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """Job to agent: the job goes on after a pause."""
+    """Job to agent: the job goes on after a pause; ``took_s`` is how long restoring an evicted job's state to
+    the GPU took (``None`` after a pause that kept memory)."""
 
     job_id: str
     run: int
     step: int
+    took_s: float | None = None
     type: ClassVar[str] = "resumed"
 
 
@@ -166,10 +177,14 @@ class Checkpointed:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Agent to job: stop at the next step boundary, keep GPU memory, wait for :class:`Resume` (or
-    :class:`Checkpoint`)."""
+    """Agent to job: stop at the next step boundary and wait for :class:`Resume` (or :class:`Checkpoint`). GPU
+    memory is kept, unless ``evict``: then the job moves its model and optimizer state to (pinned) host memory
+    and releases its GPU memory, so that the GPU can be given to another job, and moves it back on
+    :class:`Resume` (Gandiva's suspend, OSDI'18 §3.1; AntMan's eviction, OSDI'20 §3.3). A job that does not use
+    the library is suspended with ``SIGSTOP`` instead and keeps its memory either way."""
 
     reason: str = ""
+    evict: bool = False
     type: ClassVar[str] = "pause"
 
 
@@ -200,7 +215,10 @@ class SetBatchSize:
 @dataclass(frozen=True, slots=True)
 class SetLimits:
     """Agent to job: a new compute share (milli-GPU; 0 pauses, memory kept) and/or GPU memory cap (MiB); ``None``
-    leaves one as it is. Applied at the next step boundary (AntMan, OSDI'20 §3)."""
+    leaves one as it is. Applied at the next step boundary (AntMan, OSDI'20 §3): the share by a duty cycle
+    (after each step the job idles so that busy / (busy + idle) equals it), the cap by the allocator's
+    per-process limit, releasing cached memory, and (for steps run through ``Job.train_step``) the degradation
+    ladder of :mod:`corral.job.memory`."""
 
     gpu_milli: int | None = None
     mem_mib: int | None = None

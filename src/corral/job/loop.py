@@ -41,6 +41,8 @@ from corral.job.checkpoint import (
 )
 from corral.job.device import Device, TorchDevice
 from corral.job.env import JobEnvironment
+from corral.job.memory import DEFAULT_MAX_MICRO_BATCHES, ElasticStep, LossFn, Residency
+from corral.job.throttle import DutyCycle
 
 if TYPE_CHECKING:
     import torch
@@ -83,7 +85,8 @@ class Job:
     forces the ``SIGTERM`` handler on or off (by default it is installed from the main thread when running under
     an agent or with a checkpoint directory); ``env`` replaces ``os.environ``; ``device`` replaces the default
     :class:`~corral.job.device.TorchDevice`; ``reconnect_s`` is the pause between attempts to reach the agent;
-    ``verbose`` prints one line to stderr when the job resumes or checkpoints.
+    ``verbose`` prints one line to stderr when the job resumes or checkpoints; ``max_micro_batches`` is the
+    deepest split of a batch the memory ladder of :meth:`train_step` uses (:mod:`corral.job.memory`).
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class Job:
         device: Device | None = None,
         reconnect_s: float = 2.0,
         verbose: bool = True,
+        max_micro_batches: int = DEFAULT_MAX_MICRO_BATCHES,
     ) -> None:
         self.environment = JobEnvironment.from_env(os.environ if env is None else env)
         e = self.environment
@@ -115,9 +119,10 @@ class Job:
         self.gpu_milli = e.gpu_milli
         """The compute share the scheduler gives the job (milli-GPU); ``None`` when not set. 0 pauses the job."""
         self.mem_limit_mib = e.gpu_mem_mib
-        """The GPU memory cap the scheduler set (MiB); ``None`` when not set. Recorded, not yet enforced."""
+        """The GPU memory cap the scheduler set (MiB); ``None`` when not set."""
         self.mem_cap_mib: int | None = None
-        """The memory cap the device actually applies (reported to the agent); ``None`` for now."""
+        """The memory cap the device applies (reported to the agent); ``None`` when none is in force (none was
+        set, or the script has not initialised CUDA yet)."""
 
         self.global_step = 0
         """Steps done, over all runs of the job (a resumed job starts at the checkpoint's count)."""
@@ -146,6 +151,17 @@ class Job:
         self._load_hook = load
         self._on_batch_size = on_batch_size
         self._device: Device = device if device is not None else TorchDevice()
+        # GPU memory (the degradation ladder, eviction) needs to know the model and optimizer.
+        self._residency: Residency | None = None
+        self._elastic: ElasticStep | None = None
+        if model is not None or optimizer is not None:
+            self._residency = Residency(model, optimizer, self._device)
+            self._device.attach(self._residency)
+            if optimizer is not None:
+                self._elastic = ElasticStep(self._residency, self._device, max_micro_batches=max_micro_batches)
+        self._elastic_used = False  # the script runs its steps through train_step (reports name the rung)
+        self._duty = DutyCycle()
+        self._throttled = False  # the duty cycle idles after each step (0 < share < 1)
         self._verbose = verbose
         self._pid = os.getpid()
 
@@ -163,7 +179,9 @@ class Job:
         self._preempt_reason: str | None = None
         self._save_requested = False
         self._pause_requested = False
+        self._evict_requested = False
         self._paused = False
+        self._evicted = False
         self._closed = False
         self._step_block = _StepBlock(self)
 
@@ -178,7 +196,7 @@ class Job:
         if self._store is not None:
             self._restore()
         if self.gpu_milli is not None or self.mem_limit_mib is not None:
-            self.mem_cap_mib = self._device.apply_limits(self.gpu_milli, self.mem_limit_mib)
+            self._apply_limits()
 
         self._channel: AgentChannel | None = None
         self._inbox: deque[contract.Message] = deque()  # the channel's, or one that stays empty
@@ -222,6 +240,22 @@ class Job:
         """True while the job waits at a boundary for :class:`~corral.core.contract.Resume` (only visible to
         other threads: the training thread is the one waiting)."""
         return self._paused
+
+    @property
+    def evicted(self) -> bool:
+        """True while a pause has the job's state in host memory (only visible to other threads)."""
+        return self._evicted
+
+    @property
+    def mem_mode(self) -> str | None:
+        """The rung of the memory ladder :meth:`train_step` uses now (``"full"``, ``"micro4"``, ...), or ``None``
+        without an optimizer."""
+        return self._elastic.rung.name if self._elastic is not None else None
+
+    @property
+    def duty_cycle(self) -> DutyCycle:
+        """The compute-share throttle (its ``share``, and the busy and idle time it has seen)."""
+        return self._duty
 
     @property
     def preempt_requested(self) -> str | None:
@@ -361,7 +395,6 @@ class Job:
         now = time.perf_counter()
         if self._step_open:
             self._close_step(now)
-        # (The duty cycle of a compute share will idle here, after the step, before the next one begins.)
         if self._attention or self._inbox:
             self._attend()
         self._device.begin_step()
@@ -369,14 +402,19 @@ class Job:
 
     def _close_step(self, now: float) -> None:
         wall = now - self._t_step
-        busy = self._device.end_step(wall)
+        busy = self._device.end_step(wall, self._throttled)
         self._step_open = False
         self.global_step += 1
         self.step_in_epoch += 1
         self.last_step_s = wall
         self._agg_steps += 1
-        self._agg_wall += wall
         self._agg_busy += busy
+        if self._throttled:
+            # The compute share's duty cycle (AntMan §3.2): idle after the step, before the next one begins.
+            idle = self._duty.after_step(busy)
+            wall += idle
+            now += idle
+        self._agg_wall += wall
         if now >= self._next_report_at:
             self._report(now)
 
@@ -385,6 +423,9 @@ class Job:
         if self._channel is None or not self._agg_steps:
             return
         n = self._agg_steps
+        if self.mem_limit_mib is not None and self.mem_cap_mib is None:
+            self._apply_limits()  # a cap that waited for the script to initialise CUDA
+        elastic = self._elastic if self._elastic_used else None
         report = contract.StepReport(
             job_id=self.job_id,
             run=self.run,
@@ -395,6 +436,8 @@ class Job:
             mem_peak_mib=self._device.peak_mem_mib(),
             mem_cap_mib=self.mem_cap_mib,
             batch_size=self.batch_size,
+            mem_need_mib=elastic.ladder.need_mib if elastic is not None else None,
+            mem_mode=elastic.rung.name if elastic is not None else None,
         )
         self._agg_steps = 0
         self._agg_wall = 0.0
@@ -424,8 +467,10 @@ class Job:
     def _apply(self, message: contract.Message) -> None:
         if isinstance(message, contract.Pause):
             self._pause_requested = True
+            self._evict_requested = message.evict
         elif isinstance(message, contract.Resume):
             self._pause_requested = False
+            self._evict_requested = False
         elif isinstance(message, contract.Checkpoint):
             if self._preempt_reason is None:
                 self._preempt_reason = message.reason or "checkpoint requested"
@@ -436,9 +481,39 @@ class Job:
                 self.gpu_milli = message.gpu_milli
             if message.mem_mib is not None:
                 self.mem_limit_mib = message.mem_mib
-            self.mem_cap_mib = self._device.apply_limits(self.gpu_milli, self.mem_limit_mib)
+            self._apply_limits()
         else:
             logger.warning("corral.job: ignoring a %s message from the agent", message.type)
+
+    def _apply_limits(self) -> None:
+        """The share goes to the duty cycle, the cap to the device and to the memory ladder."""
+        self.mem_cap_mib = self._device.apply_limits(self.gpu_milli, self.mem_limit_mib)
+        if self._elastic is not None:
+            self._elastic.set_cap(self.mem_cap_mib)
+        self._duty.set_share(self.gpu_milli)
+        self._throttled = self._duty.active
+
+    # -- training steps ----------------------------------------------------------------------------------------
+    def train_step(
+        self, batch: Any, loss_fn: LossFn, *, before_step: Callable[[], object] | None = None
+    ) -> torch.Tensor:
+        """Run one training step on ``batch`` so that it fits the GPU memory cap (:mod:`corral.job.memory`):
+        ``optimizer.zero_grad()``, the forward and backward passes of ``loss_fn(micro_batch)`` (which must
+        return the *mean* loss over the micro-batch it is given) over as many micro-batches as the cap needs,
+        ``before_step()`` (gradient clipping, ...), then ``optimizer.step()``. Returns the batch's mean loss,
+        detached. Needs ``Job(optimizer=...)`` (and ``model=...`` for eviction). Call it inside a step (``for
+        batch in job.loop(...)`` or ``with job.step():``)::
+
+            for x, y in job.loop(loader):
+                loss = job.train_step((x, y), lambda b: F.cross_entropy(model(b[0]), b[1]))
+        """
+        elastic = self._elastic
+        if elastic is None:
+            raise RuntimeError("Job.train_step needs the optimizer: create the job with Job(model=..., optimizer=...)")
+        if elastic.ladder.cap_mib != self.mem_cap_mib:
+            elastic.set_cap(self.mem_cap_mib)
+        self._elastic_used = True
+        return elastic.run(batch, loss_fn, before_step=before_step)
 
     def _set_batch_size(self, n: int) -> None:
         if self._on_batch_size is None:
@@ -452,10 +527,22 @@ class Job:
         return self._pause_requested or (self.gpu_milli == 0 and self._channel is not None)
 
     def _pause(self) -> None:
-        """Wait at this boundary until resumed (or asked to checkpoint), memory kept."""
+        """Wait at this boundary until resumed (or asked to checkpoint): GPU memory kept, or, when the pause asks
+        to evict, the model and optimizer state moved to host memory and put back on resume."""
         channel = self._channel
         self._paused = True
-        self._send(contract.Paused(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step))
+        took: float | None = None
+        if self._evict_requested:
+            took = self._evict()
+        self._send(
+            contract.Paused(
+                job_id=self.job_id,
+                run=self.run,
+                step=self.global_step - self.start_step,
+                evicted=self._evicted,
+                took_s=took,
+            )
+        )
         try:
             while channel is not None and self._preempt_reason is None and self._must_pause():
                 channel.arrived.clear()
@@ -466,9 +553,31 @@ class Job:
         finally:
             self._paused = False
         if self._preempt_reason is None:
-            self._send(contract.Resumed(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step))
+            took = self._restore_evicted()
+            self._send(
+                contract.Resumed(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step, took_s=took)
+            )
         # the pause is no step: the next report covers only steps run after it
         self._next_report_at = time.perf_counter() + self.report_interval_s if self._channel else math.inf
+
+    def _evict(self) -> float | None:
+        """Move the job's state to host memory and release GPU memory; the time it took, or ``None`` when there
+        is nothing to move (no model or optimizer given to the Job: the pause then keeps GPU memory)."""
+        if self._residency is None:
+            logger.warning("corral.job: asked to evict, but Job(model=..., optimizer=...) is not set: GPU memory kept")
+            return None
+        t0 = time.perf_counter()
+        self._residency.evict()
+        self._evicted = True
+        return time.perf_counter() - t0
+
+    def _restore_evicted(self) -> float | None:
+        if not self._evicted or self._residency is None:
+            return None
+        t0 = time.perf_counter()
+        self._residency.restore()
+        self._evicted = False
+        return time.perf_counter() - t0
 
     def _send(self, message: contract.Message) -> None:
         if self._channel is not None:
@@ -478,7 +587,8 @@ class Job:
         """What a new connection starts with (called on the channel's thread)."""
         hello: list[contract.Message] = [contract.Hello(job_id=self.job_id, run=self.run, pid=self._pid)]
         if self._paused:
-            hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step))
+            step = self.global_step - self.start_step
+            hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=step, evicted=self._evicted))
         return hello
 
     # -- signals -----------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from corral.core import contract
 from corral.core.errors import ConfigError, InputError
-from corral.live.gpus import GpuInfo
+from corral.live.gpus import GpuInfo, GpuSampler, ProcessSample
 from corral.live.shim import start_ticks, write_atomic
 
 log = logging.getLogger("corral.live.agent")
@@ -134,7 +134,19 @@ class JobSaid:
     message: contract.Paused | contract.Resumed | contract.Checkpointed | contract.Hello
 
 
-AgentReport = ProcessStarted | ProcessExited | JobReported | JobSaid
+@dataclass(frozen=True, slots=True)
+class JobMeasured:
+    """What NVML measured of a run's processes on its GPUs, sampled by the agent every report interval:
+    ``mem_used_mib`` the most GPU memory its processes hold on any one of its GPUs (CUDA contexts included),
+    ``sm_util`` their SM use, averaged over its GPUs; ``None`` where NVML gave no figure."""
+
+    job_id: str
+    run: int
+    mem_used_mib: int | None
+    sm_util: float | None
+
+
+AgentReport = ProcessStarted | ProcessExited | JobReported | JobSaid | JobMeasured
 
 
 def safe_name(job_id: str) -> str:
@@ -285,9 +297,16 @@ class Agent:
         *,
         report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S,
         python: str = sys.executable,
+        sampler: GpuSampler | None = None,
     ) -> None:
         self._state_dir = Path(state_dir).absolute()
         self._gpus = tuple(gpus)
+        # NVML sampling of the jobs' processes, on real GPUs only (stand-ins have nothing to sample).
+        if sampler is None and any(not g.stand_in for g in self._gpus):
+            sampler = GpuSampler(self._gpus)
+        self._sampler = sampler
+        self._sampler_thread: threading.Thread | None = None
+        self._sampler_stop = threading.Event()
         self._on_report = on_report
         self._report_interval_s = report_interval_s
         self._python = python
@@ -360,6 +379,9 @@ class Agent:
             self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
             self._thread = threading.Thread(target=self._loop, name="corral-agent", daemon=True)
             self._thread.start()
+            if self._sampler is not None:
+                self._sampler_thread = threading.Thread(target=self._sample_loop, name="corral-nvml", daemon=True)
+                self._sampler_thread.start()
 
     def _bind(self) -> socket.socket:
         path = str(self._socket_path)
@@ -399,6 +421,11 @@ class Agent:
                 return
             self._closed = self._closing = True
             self._wake()
+        self._sampler_stop.set()
+        if self._sampler_thread is not None:
+            self._sampler_thread.join(timeout=10.0)
+        if self._sampler is not None:
+            self._sampler.close()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10.0)
@@ -513,14 +540,15 @@ class Agent:
         run.kill_at = deadline if run.kill_at is None else min(run.kill_at, deadline)
         self._wake()
 
-    def pause(self, job_id: str, run: int) -> None:
-        """Pause the run: :class:`~corral.core.contract.Pause` if connected (GPU memory kept, at a step
-        boundary), else ``SIGSTOP`` to its process group."""
+    def pause(self, job_id: str, run: int, *, evict: bool = False) -> None:
+        """Pause the run: :class:`~corral.core.contract.Pause` if connected (at a step boundary; with ``evict``
+        the job moves its state to host memory and gives its GPU memory back, else keeps it), else ``SIGSTOP`` to
+        its process group (GPU memory kept either way)."""
         with self._lock:
             r = self._lookup(job_id, run, "pause", running=True)
             if r is None or r.paused_by is not None or r.requested is not None:
                 return
-            if self._send(r, contract.Pause(reason="pause")):
+            if self._send(r, contract.Pause(reason="evict" if evict else "pause", evict=evict)):
                 r.paused_by = "channel"
             elif self._signal_group(r, signal.SIGSTOP):
                 r.paused_by = "signal"
@@ -709,6 +737,52 @@ class Agent:
                 self._on_report(report)
             except Exception:
                 log.exception("on_report failed on %r", report)
+
+    # -- NVML sampling ----------------------------------------------------------------------------------------
+    def _sample_loop(self) -> None:
+        """Its own thread: NVML calls take milliseconds, which the channel's thread should not wait for."""
+        sampler = self._sampler
+        assert sampler is not None
+        while not self._sampler_stop.wait(self._report_interval_s):
+            try:
+                samples = sampler.processes()
+            except Exception:
+                log.exception("agent: NVML sampling failed")
+                continue
+            if samples:
+                self.measured(samples)
+
+    def measured(self, samples: Sequence[ProcessSample]) -> None:
+        """Attribute NVML's per-process samples to runs (a process belongs to the run whose process group it is
+        in; NVML reports pids of this machine's PID namespace) and report each run's figures."""
+        by_group: dict[int, list[ProcessSample]] = {}
+        for sample in samples:
+            try:
+                pgid = os.getpgid(sample.pid)
+            except OSError:  # gone since, or another PID namespace's
+                continue
+            by_group.setdefault(pgid, []).append(sample)
+        with self._lock:
+            for run in self._runs.values():
+                mine = by_group.get(run.pid) if run.state == "running" and run.pid is not None else None
+                if not mine:
+                    continue
+                per_gpu_mem: dict[int, int] = {}
+                per_gpu_sm: dict[int, float] = {}
+                for sample in mine:
+                    if sample.mem_used_mib is not None:
+                        per_gpu_mem[sample.index] = per_gpu_mem.get(sample.index, 0) + sample.mem_used_mib
+                    if sample.sm_util is not None:
+                        per_gpu_sm[sample.index] = per_gpu_sm.get(sample.index, 0.0) + sample.sm_util
+                self._outbox.append(
+                    JobMeasured(
+                        run.job_id,
+                        run.run,
+                        max(per_gpu_mem.values()) if per_gpu_mem else None,
+                        min(1.0, sum(per_gpu_sm.values()) / len(run.gpus or (0,))) if per_gpu_sm else None,
+                    )
+                )
+            self._wake()
 
     # -- the thread -------------------------------------------------------------------------------------------
     def _loop(self) -> None:

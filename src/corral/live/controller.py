@@ -54,7 +54,15 @@ from corral.core.tenant import Tenant
 from corral.engine.clock import Clock, WallClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
-from corral.live.agent import AgentReport, JobReported, JobSaid, LaunchRequest, ProcessExited, ProcessStarted
+from corral.live.agent import (
+    AgentReport,
+    JobMeasured,
+    JobReported,
+    JobSaid,
+    LaunchRequest,
+    ProcessExited,
+    ProcessStarted,
+)
 from corral.live.gpus import GpuInfo
 from corral.live.records import (
     BadRequest,
@@ -88,7 +96,7 @@ class AgentLike(Protocol):
     def launch(self, req: LaunchRequest) -> None: ...
     def preempt(self, job_id: str, run: int) -> None: ...
     def cancel(self, job_id: str, run: int) -> None: ...
-    def pause(self, job_id: str, run: int) -> None: ...
+    def pause(self, job_id: str, run: int, *, evict: bool = False) -> None: ...
     def resume(self, job_id: str, run: int) -> None: ...
     def send(self, job_id: str, run: int, message: contract.SetBatchSize | contract.SetLimits) -> bool: ...
     def adopt(self, job_id: str, run: int) -> bool: ...
@@ -167,9 +175,11 @@ class LiveExecutor:
         run = proc.run
         if proc.phase in (ProcessPhase.STARTING, ProcessPhase.RUNNING):
             if suspend:
+                # The engine gives the job's GPU memory to others as of now, so the job must give it back too:
+                # its state goes to host memory (Gandiva's suspend, OSDI'18 §3.1) until it resumes here.
                 proc.phase = ProcessPhase.PAUSED
-                c.command(lambda: c.agent.pause(job_id, run))
-                c.note(job_id, "suspended", f"run {run} paused, memory kept")
+                c.command(lambda: c.agent.pause(job_id, run, evict=True))
+                c.note(job_id, "suspended", f"run {run} paused, state to host memory")
             else:
                 proc.phase = ProcessPhase.STOPPING
                 proc.stopping_for = "preempt"
@@ -264,6 +274,7 @@ class Controller:
         self._seq: dict[str, int] = {}
         self._phase: dict[str, JobPhase] = {}
         self._telemetry: dict[str, Telemetry] = {}
+        self._measured: dict[str, JobMeasured] = {}  # the agent's latest NVML figures per job (loop thread only)
         self._telemetry_lock = threading.Lock()
         self._submit_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -455,6 +466,7 @@ class Controller:
         self._proc.pop(job_id, None)
         self._requests.pop(job_id, None)
         self._phase.pop(job_id, None)
+        self._measured.pop(job_id, None)
         with self._telemetry_lock:
             self._telemetry.pop(job_id, None)
 
@@ -558,8 +570,13 @@ class Controller:
                 return
             if isinstance(message, contract.Checkpointed):
                 self.note(job_id, "checkpointed", f"run {report.run} at step {message.step}")
-            elif isinstance(message, contract.Paused | contract.Resumed):
-                self.note(job_id, message.type, f"run {report.run} at step {message.step}")
+            elif isinstance(message, contract.Paused):
+                how = "state in host memory" if message.evicted else "GPU memory kept"
+                took = f", {message.took_s * 1000:.0f} ms" if message.took_s is not None else ""
+                self.note(job_id, "paused", f"run {report.run} at step {message.step} ({how}{took})")
+            elif isinstance(message, contract.Resumed):
+                took = f" (state restored in {message.took_s * 1000:.0f} ms)" if message.took_s is not None else ""
+                self.note(job_id, "resumed", f"run {report.run} at step {message.step}{took}")
             return
         proc = self._proc.get(job_id)
         if proc is None or proc.run != report.run:
@@ -572,8 +589,13 @@ class Controller:
             self.note(job_id, "started", f"run {report.run}, pid {report.pid}")
         elif isinstance(report, ProcessExited):
             self._on_exit(job_id, proc, job, report, now)
+        elif isinstance(report, JobMeasured):
+            self._measured[job_id] = report
         elif isinstance(report, JobReported) and job is not None and job.phase is JobPhase.RUNNING:
-            tel = _telemetry(report.report, now)
+            measured = self._measured.get(job_id)
+            if measured is not None and measured.run != report.run:
+                measured = None  # an earlier run's processes
+            tel = _telemetry(report.report, now, measured)
             self.engine.report(job_id, tel)
             with self._telemetry_lock:
                 self._telemetry[job_id] = tel
@@ -868,18 +890,30 @@ def _exit_words(report: ProcessExited) -> str:
     return words
 
 
-def _telemetry(report: contract.StepReport, now: float) -> Telemetry:
-    """A job's step report as the engine's telemetry. On a CPU (stand-in GPUs) the busy fraction of its steps
-    stands in for SM use; issue-6-style NVML per-process figures replace it on real GPUs."""
+def _telemetry(report: contract.StepReport, now: float, measured: JobMeasured | None = None) -> Telemetry:
+    """A job's step report, with what NVML measured of its processes, as the engine's telemetry (what AntMan's
+    local coordinator reads, OSDI'20 §3.3).
+
+    SM use: NVML's per-process figure on real GPUs; else (stand-in GPUs, or no NVML sample yet) the busy
+    fraction of the job's steps, which a duty cycle lowers as NVML's figure would. Memory: the larger of the
+    allocator's peak the job reports and what NVML sees the job's processes hold (their CUDA contexts too,
+    which the allocator does not count). Need: what the job measured with no degradation, when it knows."""
     step = report.step_time_s if report.step_time_s > 0 and math.isfinite(report.step_time_s) else 1e-9
     busy = min(1.0, max(0.0, report.busy_s / step)) if math.isfinite(report.busy_s) else 0.0
     mem = max(0, int(report.mem_peak_mib))
+    sm = busy
+    if measured is not None:
+        if measured.mem_used_mib is not None:
+            mem = max(mem, measured.mem_used_mib)
+        if measured.sm_util is not None:
+            sm = min(1.0, max(0.0, measured.sm_util))
+    need = mem if report.mem_need_mib is None else max(mem, int(report.mem_need_mib))
     return Telemetry(
         time_s=now,
         step_time_s=step,
         solo_step_time_s=None,
         mem_peak_mib=mem,
         mem_mean_mib=mem,
-        mem_need_mib=mem,
-        sm_util=busy,
+        mem_need_mib=need,
+        sm_util=sm,
     )

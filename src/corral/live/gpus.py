@@ -6,7 +6,9 @@ jobs run on the CPU with an empty ``CUDA_VISIBLE_DEVICES``, and everything else 
 job channel) works as on real GPUs, so corral can be tried anywhere.
 
 NVML sits behind this module alone: :func:`discover_gpus` and :class:`GpuSampler` are the seam, and tests put
-a small fake ``pynvml`` in ``sys.modules``.
+a small fake ``pynvml`` in ``sys.modules``. The agent samples each job's own GPU memory and SM use
+(:meth:`GpuSampler.processes`) for AntMan's local coordinator (OSDI'20 §3.3), next to what the job measures of
+its mini-batches.
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ class GpuSample:
     index: int
     sm_util: float | None
     mem_used_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """What NVML says about one process on one GPU: the GPU memory it holds (its CUDA context included) and the
+    fraction of NVML's last sample period in which its kernels ran (``None`` when NVML has no utilisation sample
+    for it, as between two of NVML's sampling instants)."""
+
+    index: int
+    pid: int
+    mem_used_mib: int | None
+    sm_util: float | None
 
 
 def _model_token(name: str) -> str:
@@ -146,6 +160,7 @@ class GpuSampler:
         self._nvml: ModuleType | None = None
         self._handles: dict[int, Any] = {}
         self._warned: set[int] = set()
+        self._util_seen: dict[int, int] = {}  # per GPU: the timestamp of the newest process sample read (µs)
 
     def _start(self) -> ModuleType:
         if self._nvml is None:
@@ -179,6 +194,55 @@ class GpuSampler:
                         log.warning("NVML cannot sample GPU %d (%s): %s", gpu.index, gpu.name, _text(e))
                     out.append(GpuSample(gpu.index, None, None))
             return out
+
+    def processes(self) -> list[ProcessSample]:
+        """The processes on each real GPU, with their memory (``nvmlDeviceGetComputeRunningProcesses``) and SM
+        use since the previous call (``nvmlDeviceGetProcessUtilization``). Stand-ins and GPUs NVML cannot read
+        give nothing (logged once)."""
+        with self._lock:
+            out: list[ProcessSample] = []
+            for gpu in self._gpus:
+                if gpu.stand_in:
+                    continue
+                try:
+                    nvml = self._start()
+                    handle = self._handles.get(gpu.index)
+                    if handle is None:
+                        handle = self._handles[gpu.index] = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+                    used: dict[int, int | None] = {}
+                    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                        mem = getattr(proc, "usedGpuMemory", None)
+                        used[int(proc.pid)] = int(mem) // (1024 * 1024) if isinstance(mem, int) else None
+                    sm = self._process_util(nvml, handle, gpu.index)
+                except Exception as e:
+                    if gpu.index not in self._warned:
+                        self._warned.add(gpu.index)
+                        log.warning("NVML cannot list the processes of GPU %d (%s): %s", gpu.index, gpu.name, _text(e))
+                    continue
+                for pid in sorted(set(used) | set(sm)):
+                    out.append(ProcessSample(gpu.index, pid, used.get(pid), sm.get(pid)))
+            return out
+
+    def _process_util(self, nvml: ModuleType, handle: Any, index: int) -> dict[int, float]:
+        """SM use per pid over the samples NVML took since the last call (their mean), from
+        ``nvmlDeviceGetProcessUtilization``; empty when NVML has no new sample (it raises NotFound then)."""
+        since = self._util_seen.get(index, 0)
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except Exception:  # NVMLError_NotFound: no sample since `since`; any other error: no figure this time
+            return {}
+        sums: dict[int, list[float]] = {}
+        latest = since
+        for sample in samples:
+            stamp = int(getattr(sample, "timeStamp", 0))
+            if stamp <= since:
+                continue
+            latest = max(latest, stamp)
+            acc = sums.setdefault(int(sample.pid), [0.0, 0.0])
+            acc[0] += float(sample.smUtil)
+            acc[1] += 1.0
+        self._util_seen[index] = latest
+        return {pid: min(1.0, total / count / 100.0) for pid, (total, count) in sums.items()}
 
     def close(self) -> None:
         """Stop NVML if this sampler started it; idempotent."""

@@ -123,7 +123,7 @@ class VirtualAgent:
     def cancel(self, job_id: str, run: int) -> None:
         self._stop(job_id, run, "cancel")
 
-    def pause(self, job_id: str, run: int) -> None:
+    def pause(self, job_id: str, run: int, *, evict: bool = False) -> None:
         r = self._runs.get((job_id, run))
         if r is not None:
             self._settle(job_id, r, self._clock.now())
