@@ -4,6 +4,11 @@ The data (a fixed-seed Gaussian mixture, 4 classes) and the model are built from
 the same options end with the same weights, whether or not one of them was preempted and resumed in between
 (``--save-weights`` writes them for comparison). Runs in a few seconds on a CPU; uses the GPU when there is one.
 
+Each step goes through ``job.train_step``, so a GPU memory cap from the scheduler makes the job degrade (micro-
+batches, then activations and optimizer state in host memory) instead of failing, and a compute share makes it
+idle between steps. On a machine without a GPU, ``--simulated-gpu-mib N`` models an N MiB GPU's memory
+(``corral.job.SimulatedDevice``), so that a cap has a visible effect on stand-in GPUs too.
+
     python examples/train_mlp.py --epochs 3                                   # standalone
     CORRAL_CHECKPOINT_DIR=/tmp/ckpt python examples/train_mlp.py --step-sleep 0.05
         # ... kill -TERM <pid> (exit 75, checkpoint saved) and run it again: it resumes
@@ -38,14 +43,14 @@ def make_data(samples: int, seed: int) -> TensorDataset:
     return TensorDataset(features, labels)
 
 
-def make_model() -> nn.Module:
+def make_model(hidden: int = 64) -> nn.Module:
     return nn.Sequential(
-        nn.Linear(FEATURES, 64),
+        nn.Linear(FEATURES, hidden),
         nn.ReLU(),
         nn.Dropout(0.1),  # draws from the torch generator each step: resume must restore it exactly
-        nn.Linear(64, 64),
+        nn.Linear(hidden, hidden),
         nn.ReLU(),
-        nn.Linear(64, CLASSES),
+        nn.Linear(hidden, CLASSES),
     )
 
 
@@ -66,6 +71,13 @@ def main() -> None:
         "tests: a deterministic preemption point)",
     )
     parser.add_argument("--print-steps", action="store_true", help="print a line per step")
+    parser.add_argument(
+        "--simulated-gpu-mib",
+        type=int,
+        metavar="N",
+        help="on a CPU, model an N MiB GPU's memory so that memory caps apply (corral.job.SimulatedDevice)",
+    )
+    parser.add_argument("--hidden", type=int, default=64, help="width of the hidden layers")
     args = parser.parse_args()
 
     use_cuda = torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "0") != ""
@@ -73,7 +85,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     dataset = make_data(args.steps_per_epoch * args.batch_size, args.seed)
-    model = make_model().to(device)
+    model = make_model(args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     loss_fn = nn.CrossEntropyLoss()
@@ -87,8 +99,16 @@ def main() -> None:
         requested.append(n)
         return job.batch_size
 
+    simulated = None
+    if args.simulated_gpu_mib is not None and not use_cuda:
+        simulated = corral.job.SimulatedDevice(capacity_mib=args.simulated_gpu_mib)
     job = corral.job.Job(
-        model=model, optimizer=optimizer, scheduler=scheduler, batch_size=args.batch_size, on_batch_size=on_batch_size
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        batch_size=args.batch_size,
+        on_batch_size=on_batch_size,
+        device=simulated,
     )
     with job:
         where = "standalone" if job.standalone else f"job {job.job_id} run {job.run}"
@@ -100,16 +120,18 @@ def main() -> None:
                 requested.clear()
             loader = DataLoader(dataset, batch_size=job.batch_size, shuffle=True)
             total, batches = 0.0, 0
+            mode = job.mem_mode
             for x, y in job.loop(loader):
                 if args.sigterm_at_step is not None and job.global_step == args.sigterm_at_step:
                     os.kill(os.getpid(), signal.SIGTERM)  # the checkpoint is taken at the end of this step
                 x, y = x.to(device), y.to(device)
-                loss = loss_fn(model(x), y)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                # zero_grad, forward and backward (in micro-batches when a memory cap needs it), optimizer step
+                loss = job.train_step((x, y), lambda b: loss_fn(model(b[0]), b[1]))
                 total += loss.item()
                 batches += 1
+                if job.mem_mode != mode:
+                    print(f"step {job.global_step}: memory cap {job.mem_cap_mib} MiB, now {job.mem_mode}", flush=True)
+                    mode = job.mem_mode
                 if args.print_steps:
                     print(f"step {job.global_step} loss {loss.item():.4f}", flush=True)
                 if args.step_sleep:

@@ -22,25 +22,35 @@ Using it
     # a loop of the script's own:   while ...:
     #                                   with job.step(): ...   # entering the block is the boundary
 
+    # steps that fit a GPU memory cap (the degradation ladder of corral.job.memory):
+            for x, y in job.loop(loader):
+                loss = job.train_step((x, y), lambda b: loss_fn(model(b[0]), b[1]))  # zero_grad, backward, step
+
 ``Job()`` reads the contract's environment. Without ``CORRAL_AGENT_SOCKET`` it runs *standalone*: no socket,
 no reports, no directives, but still checkpoint and resume when ``CORRAL_CHECKPOINT_DIR`` (or
 ``Job(checkpoint_dir=...)``) is set. What the script can read: ``job.global_step`` (steps done over all runs),
 ``job.start_step`` (where this run started), ``job.epoch``, ``job.step_in_epoch``, ``job.resumed``,
-``job.batch_size``, ``job.gpu_milli``, ``job.mem_limit_mib``, ``job.standalone``, ``job.connected``. Use one
+``job.batch_size``, ``job.gpu_milli``, ``job.mem_limit_mib``, ``job.mem_cap_mib``, ``job.mem_mode``,
+``job.duty_cycle``, ``job.standalone``, ``job.connected``. Use one
 :meth:`Job.loop` (or :meth:`Job.step`) at a time, and call ``job.close()`` (or use ``with``) at the end; it also
 runs at interpreter exit.
 
 At each boundary
 ----------------
-The step's wall time (``time.perf_counter``) is added to an aggregate; once per ``CORRAL_REPORT_INTERVAL_S`` a
-:class:`~corral.core.contract.StepReport` goes to the agent with the mean step time, the mean busy time, the
-peak GPU memory of the CUDA caching allocator over those steps (0 on a CPU) and the batch size. Measurement is
-behind a seam (:mod:`corral.job.device`). Directives are received by a background thread and *applied* only at a
+The step's wall time (``time.perf_counter``) and busy time (CUDA events on a GPU, the wall time on a CPU) are
+added to an aggregate; once per ``CORRAL_REPORT_INTERVAL_S`` a :class:`~corral.core.contract.StepReport` goes to
+the agent with the mean step time (idle of the duty cycle included), the mean busy time, the peak GPU memory of
+the CUDA caching allocator over those steps (0 on a CPU), the cap in force, the batch size, and, for steps run
+through :meth:`Job.train_step`, the memory need with no degradation and the ladder's rung. Measurement and
+everything CUDA-specific is behind a seam (:mod:`corral.job.device`). Directives are received by a background thread and *applied* only at a
 boundary, by the training thread:
 
 ``Pause``
     Send ``Paused``, wait at the boundary (GPU memory kept) until ``Resume`` (then send ``Resumed``) or
-    ``Checkpoint``.
+    ``Checkpoint``. With ``evict``: first move the model's parameters, buffers and gradients and the optimizer's
+    state to pinned host memory and empty the CUDA cache (``Paused`` says ``evicted`` and how long it took); on
+    ``Resume`` copy them back into the same ``Parameter`` objects, bit for bit (``Resumed.took_s``). Needs
+    ``Job(model=..., optimizer=...)``; without them the pause keeps GPU memory and says so.
 ``Resume``
     End a pause.
 ``Checkpoint``
@@ -52,10 +62,17 @@ boundary, by the training thread:
     returns the batch size now in use (``None`` meaning the new one), which ``job.batch_size`` records and reports
     carry. Without a hook the request is logged and ignored.
 ``SetLimits``
-    Record ``gpu_milli`` (``job.gpu_milli``) and ``mem_mib`` (``job.mem_limit_mib``). For now a share of 0 pauses
-    the job as ``Pause`` does (memory kept, ``Paused``/``Resumed`` sent) until a later ``SetLimits`` gives a
-    share above 0; ``Resume`` alone does not end such a pause. A share above 0 is not yet enforced (no duty
-    cycle) and the memory cap is not yet applied (reports say ``mem_cap_mib=None``).
+    A compute share ``gpu_milli`` (``job.gpu_milli``) and a memory cap ``mem_mib`` (``job.mem_limit_mib``), as
+    AntMan scales a job (OSDI'20 §3). A share between 0 and 1000 is a duty cycle (:mod:`corral.job.throttle`):
+    after each step the job idles so that busy / (busy + idle) equals the share, the busy time measured with
+    CUDA events. A share of 0 pauses the job as ``Pause`` does (memory kept, ``Paused``/``Resumed`` sent) until a
+    later ``SetLimits`` gives a share above 0; ``Resume`` alone does not end such a pause. The memory cap goes to
+    the CUDA caching allocator (``torch.cuda.set_per_process_memory_fraction``, then ``empty_cache``; applied
+    once the script has initialised CUDA; ``job.mem_cap_mib`` is the cap in force) and to the memory ladder of
+    :meth:`Job.train_step` (:mod:`corral.job.memory`): a step that would not fit is run again with
+    micro-batches and gradient accumulation, then with activations and then the optimizer state in host memory,
+    and climbs back when the cap grows. A script that runs its own backward pass instead gets the allocator's
+    limit only: past it, PyTorch raises ``torch.OutOfMemoryError``.
 ``SIGTERM``
     (when running under an agent or with a checkpoint directory; installed from the main thread, restored by
     ``close``) does what ``Checkpoint`` does, at the next boundary. ``Ctrl-C`` stays a plain
@@ -109,8 +126,21 @@ CPU; on a GPU see ``torch.use_deterministic_algorithms``). Limits:
 """
 
 from corral.job.checkpoint import CheckpointError, CheckpointStore, Stateful
-from corral.job.device import Device, TorchDevice
+from corral.job.device import Device, SimulatedDevice, TorchDevice
 from corral.job.env import JobEnvironment
 from corral.job.loop import Job
+from corral.job.memory import Rung
+from corral.job.throttle import DutyCycle
 
-__all__ = ["CheckpointError", "CheckpointStore", "Device", "Job", "JobEnvironment", "Stateful", "TorchDevice"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointStore",
+    "Device",
+    "DutyCycle",
+    "Job",
+    "JobEnvironment",
+    "Rung",
+    "SimulatedDevice",
+    "Stateful",
+    "TorchDevice",
+]

@@ -141,8 +141,9 @@ class Ladder:
             self.index = below if below is not None else len(self.rungs) - 1
 
     def succeeded(self, i: int, peak_mib: int) -> None:
-        """Rung ``i`` ran a step, peaking at ``peak_mib``; climb one rung if the one above may fit."""
-        self.peak_mib[i] = peak_mib
+        """Rung ``i`` ran a step, peaking at ``peak_mib``; climb one rung if the one above may fit. A rung's peak
+        is the most it was seen to need (a first step, before the optimizer has made its state, needs less)."""
+        self.peak_mib[i] = max(peak_mib, self.peak_mib.get(i, 0))
         if self.index == i and i > 0 and self.may_fit(i - 1):
             self.index = i - 1
 
