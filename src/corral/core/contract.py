@@ -116,7 +116,7 @@ class StepReport:
 
     ``step`` is the count of steps done in this run; ``steps`` how many this report covers; ``step_time_s`` their
     mean wall time (including any idle the job's duty cycle added); ``busy_s`` their mean busy time (the step's
-    own work); ``mem_peak_mib`` the GPU memory the job's allocator peaked at over them (0 on a CPU);
+    own work); ``mem_peak_mib`` the GPU memory the job's caching allocator reserved at its peak over them (0 on a CPU);
     ``mem_cap_mib`` the cap the job applied, if any; ``batch_size`` the batch size in use, if the job told the
     library. ``mem_need_mib`` is the peak the job measured with no degradation (full batch, everything on the
     GPU), when it knows it: above ``mem_peak_mib`` when a cap made it degrade; ``mem_mode`` names the rung of the

@@ -39,11 +39,11 @@ At each boundary
 ----------------
 The step's wall time (``time.perf_counter``) and busy time (CUDA events on a GPU, the wall time on a CPU) are
 added to an aggregate; once per ``CORRAL_REPORT_INTERVAL_S`` a :class:`~corral.core.contract.StepReport` goes to
-the agent with the mean step time (idle of the duty cycle included), the mean busy time, the peak GPU memory of
-the CUDA caching allocator over those steps (0 on a CPU), the cap in force, the batch size, and, for steps run
+the agent with the mean step time (idle of the duty cycle included), the mean busy time, the peak GPU memory the
+CUDA caching allocator reserved over those steps (0 on a CPU), the cap in force, the batch size, and, for steps run
 through :meth:`Job.train_step`, the memory need with no degradation and the ladder's rung. Measurement and
-everything CUDA-specific is behind a seam (:mod:`corral.job.device`). Directives are received by a background thread and *applied* only at a
-boundary, by the training thread:
+everything CUDA-specific is behind a seam (:mod:`corral.job.device`). Directives are received by a background
+thread and *applied* only at a boundary, by the training thread:
 
 ``Pause``
     Send ``Paused``, wait at the boundary (GPU memory kept) until ``Resume`` (then send ``Resumed``) or

@@ -135,6 +135,12 @@ class TorchDevice:
     Nothing CUDA-related happens until the script has initialised CUDA itself; a memory cap that arrives before
     that is applied at the first boundary after. On a CPU-only job every method is a cheap no-op: busy time is
     the wall time, memory is 0, tensors are already in host memory.
+
+    Memory figures are the caching allocator's *reserved* memory (``torch.cuda.max_memory_reserved``): that is
+    what the job takes from the GPU, and what the per-process limit caps; what its tensors use (allocated) is
+    less, by the allocator's cache and fragmentation. Reading a peak resets the allocator's peak counters, once
+    per report, and once per step under :meth:`~corral.job.loop.Job.train_step`: a script that reads
+    ``torch.cuda.max_memory_reserved`` itself sees the peak since then.
     """
 
     def __init__(self) -> None:
@@ -203,7 +209,7 @@ class TorchDevice:
 
         peak = 0
         for index in range(torch.cuda.device_count()):
-            peak = max(peak, torch.cuda.max_memory_allocated(index))
+            peak = max(peak, torch.cuda.max_memory_reserved(index))
             torch.cuda.reset_peak_memory_stats(index)
         return mib(peak)
 
@@ -279,13 +285,13 @@ class TorchDevice:
         return t.to(like, non_blocking=True)
 
     def synchronize(self) -> None:
-        if self._cuda:
+        if self._probe():
             import torch
 
             torch.cuda.synchronize()
 
     def release_cached(self) -> None:
-        if self._cuda:
+        if self._probe():
             import torch
 
             torch.cuda.empty_cache()
