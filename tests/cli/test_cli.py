@@ -133,6 +133,7 @@ def test_bad_rows_stop_the_run_with_file_line_and_column(tmp_path: Path, row: st
         (["--policy", "fifo:backfill=maybe"], "expected bool"),
         (["--cluster", "banana"], "banana"),
         (["--perf", "spread_rate=2"], "spread_rate"),
+        (["--policy", "[x]"], "unknown policy '[x]'"),  # square brackets are shown, not read as markup
     ],
 )
 def test_bad_options_are_clean_errors(args: list[str], message: str) -> None:

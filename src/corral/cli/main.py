@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -185,7 +186,8 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # The message is text, not markup: a "[...]" in it (a file's column list, an option's syntax) stays as is.
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         sys.exit(2)
 
 
