@@ -231,3 +231,11 @@ def test_telemetry_takes_nvml_figures_over_the_jobs_own_estimates() -> None:
     assert (nvml.sm_util, nvml.mem_peak_mib, nvml.mem_need_mib) == (0.7, 1300, 2000)
     no_figures = _telemetry(report, 3.0, JobMeasured("j", 1, None, None))
     assert no_figures == alone
+
+
+def test_the_live_executor_carries_batch_size_decisions(controller: Controller) -> None:
+    """IADeep's tuner sets batch sizes of running jobs: the engine refuses that from an executor without
+    batch_size_changed, so the live one has it (it sends the job SetBatchSize)."""
+    from corral.engine.executor import BatchSizeExecutor
+
+    assert isinstance(controller.executor, BatchSizeExecutor)

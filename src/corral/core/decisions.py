@@ -1,7 +1,7 @@
 """Decisions: what a policy asks the engine to do. A policy returns them; it never carries them out.
 
 Actions are in the imperative (``Launch``, ``Preempt``, ``Reject``). The engine applies them in order, checking
-every invariant, and hands them to the executor (simulated or live). ``SetBatchSize`` will join them.
+every invariant, and hands them to the executor (simulated or live).
 
 Composite moves are sequences of these:
 
@@ -15,6 +15,11 @@ Composite moves are sequences of these:
 - **scaling in place**: ``Resize`` changes a running job's compute share or GPU memory without stopping it (AntMan
   §3: the job applies it at its next mini-batch boundary); ``Upgrade`` turns a running opportunistic job into a
   guaranteed one when its tenant's quota has room (AntMan §4).
+- **batch size**: ``SetBatchSize`` changes the mini-batch size a job trains with (IADeep, SC'23, tunes co-located
+  jobs' batch sizes to lower their interference): a running job applies it at its next mini-batch boundary, a
+  pending one starts with it. It changes no allocation: a policy that needs more (or less) GPU memory for the new
+  size also issues a ``Resize`` of the job's memory, before the ``SetBatchSize`` when growing and after it when
+  shrinking, so the state never over-gives a GPU.
 """
 
 from __future__ import annotations
@@ -76,7 +81,19 @@ class Upgrade:
     placement: Placement
 
 
-Action = Launch | Preempt | Reject | Resize | Upgrade
+@dataclass(frozen=True, slots=True)
+class SetBatchSize:
+    """Train ``job_id`` (running or pending) with mini-batches of ``batch_size`` samples from its next step on.
+
+    Progress is counted in reference-batch seconds (see :mod:`corral.core.job`), so the new size changes how fast
+    the job's work gets done; the simulator re-rates it at once, the live controller tells the job."""
+
+    job_id: str
+    batch_size: int
+    reason: str = ""
+
+
+Action = Launch | Preempt | Reject | Resize | Upgrade | SetBatchSize
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,14 @@ A job is a gang: it needs all of its ``num_gpus`` GPUs at once, each at the same
 alone, consolidated, on a GPU of speed 1.0. Traces know it; the live controller usually does not (``None``), and
 only oracle policies (SJF, SRTF) may look at it.
 
+Batch size (``batch_size``): the mini-batch size the job trains with, when known. ``None`` means the model's
+reference batch size (:attr:`corral.core.models.ModelTraits.ref_batch`): the one at which ``duration_s`` was
+measured. Work is counted in *reference-batch seconds*: at another batch size a job makes progress at its
+goodput there relative to the reference (throughput in samples/s times per-sample statistical efficiency; see
+:mod:`corral.core.models` and ``docs/simulator.md``), so a policy that changes a job's batch size
+(``SetBatchSize``, IADeep's tuner) changes how fast it finishes. The batch size in use is
+``JobStatus.batch_size``: the last ``SetBatchSize``, else the spec's.
+
 Phases are explicit and exclusive: a job is in exactly one :class:`JobPhase` at any time. The engine's cluster
 state is the only code that changes a phase.
 """
@@ -61,6 +69,7 @@ class JobSpec:
     priority: int = 0
     gpu_types: tuple[str, ...] = ()  # allowed GPU types; empty means any
     gpu_mem_mib: int | None = None  # GPU memory needed on each GPU, when known
+    batch_size: int | None = None  # mini-batch size it starts with; None: its model's reference batch size
 
     def __post_init__(self) -> None:
         # Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug.
@@ -80,6 +89,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.job_id!r}: submit_s must be finite, got {self.submit_s!r}")
         if self.gpu_mem_mib is not None and self.gpu_mem_mib < 0:
             raise JobSpecError(f"job {self.job_id!r}: gpu_mem_mib must be >= 0, got {self.gpu_mem_mib!r}")
+        if self.batch_size is not None and (type(self.batch_size) is not int or self.batch_size < 1):
+            raise JobSpecError(f"job {self.job_id!r}: batch_size must be an integer >= 1, got {self.batch_size!r}")
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -122,6 +133,8 @@ class JobView(Protocol):
     def job_class(self) -> JobClass: ...
     @property
     def telemetry(self) -> Telemetry | None: ...
+    @property
+    def batch_size(self) -> int | None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -139,6 +152,9 @@ class JobStatus:
     - ``observed_rate``: the executor's measure of the current run's progress relative to the same job running
       alone on the same GPUs (1.0 = no interference; below 1.0 when a job packed beside it slows it down), as
       Gandiva's introspection compares mini-batch times (OSDI'18 §4.2). ``None`` while the job is not running.
+    - ``batch_size_set``: the batch size the last ``SetBatchSize`` decision chose (``None``: none did; the job
+      trains at ``spec.batch_size``). Read it as :attr:`batch_size`. It survives preemption: a job resumes from its
+      checkpoint with the batch size it had.
     """
 
     spec: JobSpec
@@ -158,10 +174,18 @@ class JobStatus:
     observed_rate: float | None = None
     upgraded: bool = False
     telemetry: Telemetry | None = None
+    batch_size_set: int | None = None
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size in use: the last one a ``SetBatchSize`` chose, else the spec's (``None``: the model's
+        reference batch size)."""
+        got = self.batch_size_set
+        return self.spec.batch_size if got is None else got
 
     @property
     def job_class(self) -> JobClass:

@@ -14,11 +14,16 @@ Two reports flow back besides events:
 - :meth:`EventSink.report` carries a running job's :class:`~corral.core.telemetry.Telemetry` (mini-batch time,
   memory, SM use): modelled by the simulator, measured by the job and the agent in live mode. AntMan's
   coordinator reads it.
+
+A ``SetBatchSize`` for a running job reaches the executor through :meth:`BatchSizeExecutor.batch_size_changed`.
+That method is a separate, optional seam: an executor without it cannot carry out batch-size decisions, and the
+engine refuses such a decision (before changing anything) rather than letting the state and the job disagree.
+The simulator's executor has it; the live executor sends the job ``contract.SetBatchSize``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from corral.core.events import DemandChanged, Event, JobFinished
 from corral.core.job import JobStatus
@@ -74,4 +79,14 @@ class Executor(Protocol):
     def is_current(self, event: JobFinished | DemandChanged) -> bool:
         """Is this completion (of the job's current run) still the executor's word, or was it superseded by a
         later prediction? Only asked for a RUNNING job whose run epoch matches the event."""
+        ...
+
+
+@runtime_checkable
+class BatchSizeExecutor(Protocol):
+    """An executor that can change a running job's batch size in place (see the module docstring)."""
+
+    def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
+        """``job`` (RUNNING) trains with ``job.batch_size`` from now on instead of ``before`` (``None``: its model's
+        reference batch size): apply it at the job's next mini-batch boundary."""
         ...

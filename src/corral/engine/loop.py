@@ -10,6 +10,10 @@ A ``Resize`` (a share or memory change in place) and an ``Upgrade`` (an opportun
 applied to the state and then told to the executor with the placement the job had, so that it can re-rate the
 job (and migrate it, when an upgrade moves it).
 
+A ``SetBatchSize`` is recorded by the state (pending or running job) and, for a running job whose batch size
+changed, told to the executor (:class:`~corral.engine.executor.BatchSizeExecutor`), which re-rates it; an
+executor without that seam makes the engine refuse the decision before anything changes.
+
 A completion is acted on only if it is current: the job is still in the run it was predicted for (its run
 epoch; a preemption makes older predictions stale) and the executor has not re-predicted it since
 (:meth:`Executor.is_current`; the simulator re-predicts when a packed neighbour starts or stops). A preemption
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, Upgrade
+from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, SetBatchSize, Upgrade
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.events import (
     DemandChanged,
@@ -40,7 +44,7 @@ from corral.core.events import (
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
-from corral.engine.executor import Executor
+from corral.engine.executor import BatchSizeExecutor, Executor
 from corral.engine.queue import EventQueue
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
@@ -70,6 +74,8 @@ class LoggedAction:
         if isinstance(a, Upgrade):
             gpus = " ".join(map(str, a.placement.gpus))
             return f"{self.time_s:.3f} upgrade {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
+        if isinstance(a, SetBatchSize):
+            return f"{self.time_s:.3f} batch {a.job_id} size={a.batch_size}"
         return f"{self.time_s:.3f} reject {a.job_id} {a.reason}"
 
 
@@ -96,6 +102,7 @@ class Engine:
         # Observer of every change to a job (the live controller marks it for its durable store).
         self.on_change: Callable[[JobStatus, float], None] | None = None
         self.submitted = 0
+        self._batch_executor = executor if isinstance(executor, BatchSizeExecutor) else None
         executor.bind(self)
 
     # -- EventSink ------------------------------------------------------------------------------------------
@@ -261,6 +268,20 @@ class Engine:
             before = state.upgrade(action.job_id, action.placement, now)
             job = state.job(action.job_id)
             executor.resized(job, now, before)
+        elif type(action) is SetBatchSize:
+            batch_executor = self._batch_executor
+            if batch_executor is None and action.job_id in state:
+                known = state.job(action.job_id)
+                if known.phase is JobPhase.RUNNING and known.batch_size != action.batch_size:
+                    raise InvariantViolation(
+                        f"cannot set the batch size of running job {action.job_id!r}: the executor "
+                        f"({type(executor).__name__}) has no batch_size_changed()"
+                    )
+            had = state.set_batch_size(action.job_id, action.batch_size)
+            job = state.job(action.job_id)
+            if job.phase is JobPhase.RUNNING and had != job.batch_size:
+                assert batch_executor is not None
+                batch_executor.batch_size_changed(job, now, had)
         elif type(action) is Reject:
             job = state.reject(action.job_id, action.reason, now)
         else:

@@ -24,6 +24,9 @@ Per tenant with a quota, the state integrates over time what its guaranteed jobs
 ``min(quota - held, pending guaranteed demand)``, the promised share it wanted and did not have (an upper bound:
 a pending gang wider than the room left counts for the room).
 
+A job's batch size (``SetBatchSize``) is recorded on the job (``JobStatus.batch_size_set``) and changes no
+allocation: the GPU memory a new batch size needs is the policy's to reserve, with a ``Resize`` the state checks.
+
 A preemption followed by a launch of the same job (a migration, or a change of share) is two checked steps: the
 job is PENDING in between, exactly as after any preemption.
 
@@ -360,6 +363,20 @@ class ClusterState:
         job.placement = placement
         self._measure(placement, job.telemetry, +1)
         self._account(now_s, held)
+        return before
+
+    def set_batch_size(self, job_id: str, batch_size: int) -> int | None:
+        """Record that a pending or running job trains with ``batch_size`` from now on; returns the batch size it had
+        (``None``: its model's reference). Nothing else changes (see the module docstring)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise InvariantViolation(f"cannot set the batch size of unknown job {job_id!r}")
+        if job.phase is not JobPhase.PENDING and job.phase is not JobPhase.RUNNING:
+            raise InvariantViolation(f"cannot set the batch size of job {job_id!r}: it is {job.phase.value}")
+        if type(batch_size) is not int or batch_size < 1:
+            raise InvariantViolation(f"job {job_id!r}: a batch size must be an integer >= 1, got {batch_size!r}")
+        before = job.batch_size
+        job.batch_size_set = batch_size
         return before
 
     def report(self, job_id: str, telemetry: Telemetry) -> JobStatus:

@@ -208,6 +208,19 @@ class LiveExecutor:
         c.command(lambda: c.agent.send(job_id, run, limits))
         c.note(job_id, "resized", f"share {limits.gpu_milli} milli, memory {after.mem_mib} MiB")
 
+    def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
+        """IADeep's tuner (or any policy) set a running job's batch size: the job's ``on_batch_size`` hook applies
+        it at its next boundary (``SetBatchSize``); the size the job then uses comes back in its step reports."""
+        c = self._c
+        job_id = job.spec.job_id
+        size = job.batch_size
+        if size is None:
+            return  # back to the model's reference size: a live job has none to go back to
+        run = c.process(job_id).run
+        message = contract.SetBatchSize(size)
+        c.command(lambda: c.agent.send(job_id, run, message))
+        c.note(job_id, "batch size", f"{before if before is not None else 'default'} -> {size}")
+
     def finished(self, job: JobStatus, now_s: float) -> None:
         pass  # its process already exited: that is how the engine learnt it finished (or failed)
 

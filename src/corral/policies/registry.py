@@ -29,7 +29,7 @@ def register_policy(cls: P) -> P:
 
 
 # One entry per policy module shipped with corral (a module may register several policies).
-BUILTIN_MODULES = ("baseline", "tiresias", "themis", "gandiva", "antman")
+BUILTIN_MODULES = ("baseline", "tiresias", "themis", "gandiva", "antman", "hived", "iadeep")
 
 
 def _load_builtin() -> None:

@@ -18,6 +18,12 @@ and its completion re-predicted at the new one. The superseded ``JobFinished`` s
 (``EventSink.observe_rate``) as the job's speed relative to running alone, and, when the policy reads telemetry,
 a :class:`~corral.core.telemetry.Telemetry` record made from the model (``EventSink.report``).
 
+Batch size: a run trains at ``job.batch_size`` (``SetBatchSize``; ``None`` = its model's reference). Its rate is
+the performance model's rate times its goodput ratio at that batch size (:meth:`BoundPerfModel.batch_rate`), and
+its profile and pair interference are those at that batch size (:mod:`corral.sim.sharing`). A change while it
+runs (:meth:`SimExecutor.batch_size_changed`) settles its progress at the old rate, then re-rates it and every job
+it interacts with, like a resize. Progress stays in reference-batch seconds, the unit of ``duration_s``.
+
 Measured use, for every policy: each GPU's SM use (its jobs' SM busy fractions times their current speed, at
 most 1) and memory in use (their mean footprint over a mini-batch, within their caps) are kept as sums over the
 cluster and integrated over time, with change points for plots. Per job, the executor adds up the seconds it ran
@@ -49,6 +55,8 @@ class _Run:
     __slots__ = (
         "activity",
         "base_rate",
+        "batch",
+        "demand",
         "demand_event",
         "done_s",
         "epoch",
@@ -86,6 +94,8 @@ class _Run:
         self.spill = 1.0
         self.switch: tuple[float, float] | None = None  # (work done at which demand changes, factor)
         self.demand_event: DemandChanged | None = None
+        self.batch: int | None = None  # batch size it trains at (None: its model's reference)
+        self.demand = 1.0  # the demand change applied to its profile so far (1.0: none yet)
 
     def seat(self, placement: Placement, spill_penalty: float) -> None:
         """Take ``placement``'s share and caps into account (its own throttles; partners are the executor's)."""
@@ -170,18 +180,27 @@ class SimExecutor:
         if spec.duration_s is None or placement is None or self._sink is None:
             raise InvariantViolation(f"cannot simulate job {spec.job_id!r} without a duration and a placement")
         start = now_s + self._startup_s(job, placement)
-        profile = self.perf.profile(spec, placement.gpus[0])
+        batch = job.batch_size
+        gpu = placement.gpus[0]
+        profile = self.perf.profile(spec, gpu, batch)
         model = self.perf.model
         change = demand_change(spec.job_id, model.seed, model.demand_variation)
         switch = None
+        demand = 1.0
         if change is not None:
             at = change[0] * spec.duration_s
             if job.work_done_s >= at:  # changed in an earlier run
-                profile = scaled(profile, change[1], self.perf.topo.gpu_mem_mib[placement.gpus[0]])
+                demand = change[1]
+                profile = scaled(profile, demand, self.perf.topo.gpu_mem_mib[gpu])
             else:
                 switch = (at, change[1])
-        run = _Run(spec, placement, job.run_epoch, start, job.work_done_s, self.perf.rate(spec, placement), profile)
+        rate = self.perf.rate(spec, placement)
+        if batch is not None:
+            rate *= self.perf.batch_rate(spec, gpu, batch)
+        run = _Run(spec, placement, job.run_epoch, start, job.work_done_s, rate, profile)
         run.switch = switch
+        run.batch = batch
+        run.demand = demand
         run.seat(placement, model.spill_penalty)
         self._runs[spec.job_id] = run
         self._enter(run, now_s)
@@ -212,8 +231,14 @@ class SimExecutor:
         if set(after.gpus) != set(before.gpus):  # an upgrade onto other GPUs: a migration
             self._leave(run, now_s, keep_times=True)
             run.start_s = now_s + self.perf.model.restore_s
-            run.base_rate = self.perf.rate(run.spec, after)
-            run.profile = self.perf.profile(run.spec, after.gpus[0])
+            rate = self.perf.rate(run.spec, after)
+            if run.batch is not None:
+                rate *= self.perf.batch_rate(run.spec, after.gpus[0], run.batch)
+            run.base_rate = rate
+            # The profile is rebuilt unscaled (a demand change already passed is not re-applied here, as before
+            # batch sizes existed), so the run's applied demand is reset with it.
+            run.profile = self.perf.profile(run.spec, after.gpus[0], run.batch)
+            run.demand = 1.0
             run.seat(after, self.perf.model.spill_penalty)
             self._enter(run, now_s)
             return
@@ -223,6 +248,29 @@ class SimExecutor:
         left = [j for j in before_partners if j not in now_partners]  # no longer slowed by it: they speed up
         self._rerate([run.spec.job_id, *left], now_s, force=True)
         self._rerate(now_partners, now_s)
+
+    def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
+        """``job`` trains at ``job.batch_size`` from now on: settle it, then re-rate it (goodput, profile, pair
+        interference at the new size) and the jobs it interacts with."""
+        run = self._runs[job.spec.job_id]
+        run.settle(now_s)
+        batch = job.batch_size
+        run.batch = batch
+        spec = run.spec
+        gpu = run.placement.gpus[0]
+        rate = self.perf.rate(spec, run.placement)
+        if batch is not None:
+            rate *= self.perf.batch_rate(spec, gpu, batch)
+        run.base_rate = rate
+        profile = self.perf.profile(spec, gpu, batch)
+        if run.demand != 1.0:
+            profile = scaled(profile, run.demand, self.perf.topo.gpu_mem_mib[gpu])
+        run.profile = profile
+        run.seat(run.placement, self.perf.model.spill_penalty)
+        partners = self._partners(run)
+        self._forget_pairs(run, partners)  # pair rates depend on the batch sizes
+        self._rerate([spec.job_id], now_s, force=True)
+        self._rerate(partners, now_s)
 
     def finished(self, job: JobStatus, now_s: float) -> None:
         run = self._runs.pop(job.spec.job_id, None)
@@ -240,6 +288,7 @@ class SimExecutor:
         factor = run.switch[1]
         run.switch = None
         run.demand_event = None
+        run.demand = factor
         run.profile = scaled(run.profile, factor, self.perf.topo.gpu_mem_mib[run.placement.gpus[0]])
         run.seat(run.placement, self.perf.model.spill_penalty)
         partners = self._partners(run)
@@ -332,7 +381,10 @@ class SimExecutor:
         rates = self._pairs.get(key)
         if rates is None:
             if packed:  # Gandiva's packing: the table a packing policy predicts from
-                rates = self.perf.pair_rates(a.spec, b.spec, gpu)
+                if a.batch is None and b.batch is None:
+                    rates = self.perf.pair_rates(a.spec, b.spec, gpu)
+                else:
+                    rates = self.perf.pair_rates(a.spec, b.spec, gpu, a.batch, b.batch)
             else:
                 rates = self.perf.sharing_rates(a.spec, a.profile, b.spec, b.profile, gpu)
             if ida > idb:

@@ -33,6 +33,13 @@ Assumptions (each configurable in :class:`PerfModel`):
 - Sharing beyond Gandiva's pairs (AntMan's opportunistic jobs; pairs Gavel did not measure; compute-share caps;
   memory caps that make a job spill to host memory): :mod:`corral.sim.sharing`, with the knobs
   ``usage_spread``, ``bandwidth_kappa`` and ``spill_penalty`` below.
+- Batch size (:mod:`corral.core.models`, :mod:`corral.policies.batching`): a trace's ``duration_s`` is the run
+  time at the model's reference batch size, and work is counted in reference-batch seconds. A job at another
+  batch size ``b`` progresses at ``goodput_ratio(b)`` = throughput(b) / throughput(reference) (Gavel's measured
+  samples/s on the GPU's Gavel type) x statistical efficiency(b) (Pollux's gradient-noise-scale form, the model's
+  assumed noise scale), times every factor above (:meth:`BoundPerfModel.batch_rate`). Packed pairs interfere at
+  the rates Gavel measured for their job types at their batch sizes. A job whose batch size nobody set runs at its
+  reference: ratio 1.0, nothing differs.
 - ``interference_noise`` makes the simulator's truth differ from the table a policy predicts from: each packed
   pair's two rates are multiplied by one factor drawn uniformly from ``[1 - noise, 1 + noise]`` (capped at
   1.0), the same for the whole run, from a generator seeded by ``seed`` and the pair's job ids. A policy that
@@ -50,7 +57,8 @@ from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
 from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
-from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
+from corral.policies.batching import batch_curve, goodput_ratio, type_at_batch
+from corral.policies.colocation import FALLBACK_RATES, ColocationTable, gavel_gpu, load_colocation, pair_rates
 from corral.sim.sharing import Profile, job_profile, measured_pair_rates, modelled_pair_rates
 
 
@@ -131,8 +139,8 @@ class BoundPerfModel:
             table = self._table = load_colocation()
         return table
 
-    def profile(self, spec: JobSpec, gpu: int) -> Profile:
-        """The job's resource profile on ``gpu``'s type (see :mod:`corral.sim.sharing`)."""
+    def profile(self, spec: JobSpec, gpu: int, batch: int | None = None) -> Profile:
+        """The job's resource profile on ``gpu``'s type at batch size ``batch`` (see :mod:`corral.sim.sharing`)."""
         topo = self.topo
         t = topo.gpu_type[gpu]
         model = self.model
@@ -144,18 +152,40 @@ class BoundPerfModel:
             self.table() if spec.model is not None else None,
             seed=model.seed,
             usage_spread=model.usage_spread,
+            batch=batch,
         )
 
-    def pair_rates(self, a: JobSpec, b: JobSpec, gpu: int) -> tuple[float, float]:
-        """True normalised rates of ``a`` and ``b`` packed on ``gpu``: the co-location table's, times the pair's
-        noise factor (see the module docstring)."""
-        rate_a, rate_b = pair_rates(self.table(), a.model, b.model, self._gavel_gpu[self.topo.gpu_type[gpu]])
+    def batch_rate(self, spec: JobSpec, gpu: int, batch: int | None) -> float:
+        """Work done per second at ``batch`` relative to the reference batch size, on ``gpu``'s type: the goodput
+        ratio of :mod:`corral.policies.batching` (exactly 1.0 for ``None``, the reference, or no batch model)."""
+        if batch is None or spec.model is None:
+            return 1.0
+        known = traits(spec.model)
+        if known is UNKNOWN or batch == known.ref_batch:
+            return 1.0
+        curve = batch_curve(self.table(), known, self._gavel_gpu[self.topo.gpu_type[gpu]])
+        return goodput_ratio(curve, known, batch)
+
+    def pair_rates(
+        self, a: JobSpec, b: JobSpec, gpu: int, batch_a: int | None = None, batch_b: int | None = None
+    ) -> tuple[float, float]:
+        """True normalised rates of ``a`` and ``b`` packed on ``gpu`` at batch sizes ``batch_a`` and ``batch_b``:
+        the co-location table's, times the pair's noise factor (see the module docstring)."""
+        column = self._gavel_gpu[self.topo.gpu_type[gpu]]
+        if batch_a is None and batch_b is None:
+            rate_a, rate_b = pair_rates(self.table(), a.model, b.model, column)
+        else:
+            table = self.table()
+            type_a = type_at_batch(table, traits(a.model), column, batch_a)
+            type_b = type_at_batch(table, traits(b.model), column, batch_b)
+            rates = table.rates(type_a, type_b, column) if type_a and type_b else None
+            rate_a, rate_b = FALLBACK_RATES if rates is None else rates
         return self._noisy(a, b, rate_a, rate_b)
 
     def sharing_rates(self, a: JobSpec, pa: Profile, b: JobSpec, pb: Profile, gpu: int) -> tuple[float, float]:
         """Full-activity rates of ``a`` and ``b`` on ``gpu``: Gavel's measured pair when there is one, else the
         profile model of :mod:`corral.sim.sharing`; times the pair's noise factor."""
-        type_a, type_b = pa.traits.colocation_type, pb.traits.colocation_type
+        type_a, type_b = pa.colocation_type, pb.colocation_type
         rates = None
         if type_a and type_b:
             rates = self.table().rates(type_a, type_b, self._gavel_gpu[self.topo.gpu_type[gpu]])

@@ -17,6 +17,14 @@ memory-bandwidth fraction when alone, and its solo mini-batch time. Two adjustme
 The solo mini-batch time is Gavel's measured isolated throughput of the model's job type on the GPU's Gavel type
 (``1 / steps per second``; ``corral.policies.colocation``), else 0.25 s; divided by the GPU type's speed.
 
+*Batch size* (:mod:`corral.core.models`, :mod:`corral.policies.batching`): at a batch size other than its
+model's reference, a job's solo mini-batch time is Gavel's measured one at that size (interpolated between
+measured sizes), its memory need is its need at the reference times the model's memory factor at that size, its
+SM busy fraction and memory-bandwidth fraction are scaled by its throughput ratio (samples/s against the
+reference; capped at the whole GPU), and its Gavel job type for co-location is the one measured at that size, so
+that its interference with a partner is Gavel's measured pair at those batch sizes. At the reference batch size
+(or with none set) nothing differs from the above.
+
 *Demand over a job's life* (:func:`demand_change`): with ``demand_variation`` v > 0, each job's SM use and
 memory need change once, when its progress reaches a point drawn uniformly in [20%, 80%] of its work, by a factor
 drawn uniformly in ``[1 - v, 1 + v]`` (capped at the GPU). Real jobs change phase (evaluation passes, a larger
@@ -49,7 +57,8 @@ import hashlib
 from dataclasses import dataclass
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
-from corral.core.models import UNKNOWN, ModelTraits, traits
+from corral.core.models import UNKNOWN, ModelTraits, batch_mem_factor, traits
+from corral.policies.batching import batch_curve, type_at_batch
 from corral.policies.colocation import ColocationTable
 
 DEFAULT_STEP_S = 0.25  # solo mini-batch time of a job whose model Gavel did not measure
@@ -66,6 +75,7 @@ class Profile:
     solo_step_s: float
     traits: ModelTraits
     usage: float = 1.0  # its usage factor times its share: how much of its model's benchmark GPU use it makes
+    colocation_type: str = ""  # its Gavel job type at its batch size ("" : none); see the module docstring
 
 
 def _uniform(what: str, job_id: str, seed: int) -> float:
@@ -100,6 +110,7 @@ def scaled(profile: Profile, factor: float, gpu_mem_mib: int) -> Profile:
         solo_step_s=profile.solo_step_s,
         traits=profile.traits,
         usage=min(1.0, profile.usage * factor),
+        colocation_type=profile.colocation_type,
     )
 
 
@@ -112,24 +123,39 @@ def job_profile(
     *,
     seed: int,
     usage_spread: float,
+    batch: int | None = None,
 ) -> Profile:
     known = traits(spec.model)
     share = spec.gpu_milli / FULL_GPU_MILLI
     usage = usage_factor(spec.job_id, seed, usage_spread)
     need = spec.gpu_mem_mib or round(known.mem_mib * usage * share)
     step = DEFAULT_STEP_S
+    coloc = known.colocation_type
+    ratio = 1.0  # throughput at its batch size over the reference's (1.0: the reference, or no batch model)
     if table is not None and known is not UNKNOWN:
         steps_per_s = table.isolated.get(gavel_gpu, {}).get(known.colocation_type)
         if steps_per_s:
             step = 1.0 / steps_per_s
+        curve = batch_curve(table, known, gavel_gpu) if batch is not None else None
+        if curve is not None and batch is not None and batch != curve.ref_batch:
+            step = curve.step_s(batch)
+            ratio = curve.throughput_ratio(batch)
+            need = round(need * batch_mem_factor(known, batch))
+            coloc = type_at_batch(table, known, gavel_gpu, batch)
+    sm = known.sm_util * usage * share
+    bw = known.mem_bw * usage * share
+    if ratio != 1.0:
+        sm *= ratio
+        bw *= ratio
     return Profile(
-        sm_util=min(1.0, known.sm_util * usage * share),
+        sm_util=min(1.0, sm),
         mem_need_mib=max(1, min(need, gpu_mem_mib)),
         mem_mean_frac=known.mem_mean_frac,
-        mem_bw=min(1.0, known.mem_bw * usage * share),
+        mem_bw=min(1.0, bw),
         solo_step_s=step / max(gpu_speed, 1e-9),
         traits=known,
         usage=usage * share,
+        colocation_type=coloc,
     )
 
 

@@ -7,7 +7,9 @@ string into the mapping). Fields:
 - required: ``id`` (unique job id), ``submit``, ``duration`` (seconds, a number >= 0), ``gpus`` (an integer
   >= 1; "4.0" is accepted too, as pandas writes integer columns that had a gap);
 - optional: ``tenant`` (empty: "default"), ``model`` (empty: None), ``gpu_milli`` (share of one GPU, 1..1000;
-  empty: 1000), ``job_class`` ("guaranteed" or "opportunistic", any case; empty: guaranteed).
+  empty: 1000), ``job_class`` ("guaranteed" or "opportunistic", any case; empty: guaranteed), ``batch_size``
+  (the mini-batch size the job starts with, an integer >= 1; empty: its model's reference batch size, the one
+  its duration counts at: see ``docs/simulator.md``, "Batch size").
 
 ``submit`` is either seconds or a wall-clock time, decided by the first row whose value parses: a number means
 seconds, used as they are (they must be >= 0); anything else is a timestamp (ISO 8601, e.g. ``2017-10-09
@@ -26,11 +28,11 @@ from corral.sim.trace import Trace
 from corral.sim.traces._rows import BadRow, CsvRows, IdRegistry, PathArg, sort_by_submit
 
 REQUIRED_FIELDS = ("id", "submit", "duration", "gpus")
-OPTIONAL_FIELDS = ("tenant", "model", "gpu_milli", "job_class")
+OPTIONAL_FIELDS = ("tenant", "model", "gpu_milli", "job_class", "batch_size")
 FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
 _CLASSES = {c.value: c for c in JobClass}
-_FORM = "id=COL,submit=COL,duration=COL,gpus=COL[,tenant=COL][,model=COL][,gpu_milli=COL][,job_class=COL]"
+_FORM = "id=COL,submit=COL,duration=COL,gpus=COL" + "".join(f"[,{f}=COL]" for f in OPTIONAL_FIELDS)
 
 
 def parse_columns(spec: str) -> dict[str, str]:
@@ -81,16 +83,16 @@ def read_csv(
     col = dict(columns)
     needed = [col[f] for f in FIELDS if f in col]
     # Pass 1 keeps tuples: timestamps are rebased on the earliest one, known only at the end.
-    parsed: list[tuple[int, str, float, float, int, str, str | None, int, JobClass]] = []
+    parsed: list[tuple[int, str, float, float, int, str, str | None, int, JobClass, int | None]] = []
     ids = IdRegistry()
     mode: str | None = None  # "seconds" or "timestamp", set by the first row whose submit value parses
     mode_line = 0
     with CsvRows(path, fmt="csv", required=needed, skip_invalid=skip_invalid) as rows:
         c_id, c_submit, c_dur, c_gpus = (col[f] for f in REQUIRED_FIELDS)
         i_id, i_submit, i_dur, i_gpus = (rows.index(c) for c in (c_id, c_submit, c_dur, c_gpus))
-        c_tenant, c_model, c_milli, c_class = (col.get(f, "") for f in OPTIONAL_FIELDS)
-        i_tenant, i_model, i_milli, i_class = (
-            rows.find(c) if c else None for c in (c_tenant, c_model, c_milli, c_class)
+        c_tenant, c_model, c_milli, c_class, c_batch = (col.get(f, "") for f in OPTIONAL_FIELDS)
+        i_tenant, i_model, i_milli, i_class, i_batch = (
+            rows.find(c) if c else None for c in (c_tenant, c_model, c_milli, c_class, c_batch)
         )
         if time_format is not None:
             mode = "timestamp"
@@ -166,15 +168,18 @@ def read_csv(
                             got=row[i_class],
                         )
                     job_class = _CLASSES[name]
+                batch = None
+                if i_batch is not None and row[i_batch].strip():
+                    batch = rows.integer(row, i_batch, c_batch, field="batch_size", minimum=1, integral_floats=True)
                 ids.claim(rows, job_id, c_id)  # last, so a row rejected for another reason keeps no id
             except BadRow as err:
                 rows.skip(err)
                 continue
-            parsed.append((rows.line, job_id, submit, duration, gpus, tenant, model, milli, job_class))
+            parsed.append((rows.line, job_id, submit, duration, gpus, tenant, model, milli, job_class, batch))
 
     origin = min(p[2] for p in parsed) if parsed and mode == "timestamp" else 0.0
     jobs: list[JobSpec] = []
-    for line, job_id, submit, duration, gpus, tenant, model, milli, job_class in parsed:
+    for line, job_id, submit, duration, gpus, tenant, model, milli, job_class, batch in parsed:
         try:
             jobs.append(
                 JobSpec(
@@ -186,6 +191,7 @@ def read_csv(
                     gpu_milli=milli,
                     model=model,
                     job_class=job_class,
+                    batch_size=batch,
                 )
             )
         except JobSpecError as err:  # the checks above make this unreachable; kept so it would be located
