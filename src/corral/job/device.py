@@ -157,7 +157,6 @@ class TorchDevice:
         self._start: Any = None
         self._last_busy_s: float | None = None
         self._report_peak = 0
-        self._step_peak = 0
 
     # -- CUDA detection -----------------------------------------------------------------------------------------
     def _probe(self) -> bool:
@@ -300,7 +299,7 @@ class TorchDevice:
 class _Saved:
     """An activation saved for the backward pass, counted on the simulated device while it lives."""
 
-    __slots__ = ("__weakref__", "device", "key", "tensor")
+    __slots__ = ("device", "key", "tensor")
 
     def __init__(self, device: SimulatedDevice, key: int, tensor: torch.Tensor) -> None:
         self.device = device
@@ -488,10 +487,3 @@ class SimulatedDevice:
 
     def release_cached(self) -> None:
         self._recount()
-
-
-def held_mib(device: Device) -> int | None:
-    """What a simulated device holds now (MiB), for tests and examples; ``None`` for a real device."""
-    if isinstance(device, SimulatedDevice):
-        return mib(device.held_bytes())
-    return None

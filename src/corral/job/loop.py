@@ -181,7 +181,6 @@ class Job:
         self._pause_requested = False
         self._evict_requested = False
         self._paused = False
-        self._evicted = False
         self._closed = False
         self._step_block = _StepBlock(self)
 
@@ -244,7 +243,7 @@ class Job:
     @property
     def evicted(self) -> bool:
         """True while a pause has the job's state in host memory (only visible to other threads)."""
-        return self._evicted
+        return self._residency is not None and self._residency.evicted
 
     @property
     def mem_mode(self) -> str | None:
@@ -510,8 +509,6 @@ class Job:
         elastic = self._elastic
         if elastic is None:
             raise RuntimeError("Job.train_step needs the optimizer: create the job with Job(model=..., optimizer=...)")
-        if elastic.ladder.cap_mib != self.mem_cap_mib:
-            elastic.set_cap(self.mem_cap_mib)
         self._elastic_used = True
         return elastic.run(batch, loss_fn, before_step=before_step)
 
@@ -539,7 +536,7 @@ class Job:
                 job_id=self.job_id,
                 run=self.run,
                 step=self.global_step - self.start_step,
-                evicted=self._evicted,
+                evicted=self.evicted,
                 took_s=took,
             )
         )
@@ -568,15 +565,13 @@ class Job:
             return None
         t0 = time.perf_counter()
         self._residency.evict()
-        self._evicted = True
         return time.perf_counter() - t0
 
     def _restore_evicted(self) -> float | None:
-        if not self._evicted or self._residency is None:
+        if self._residency is None or not self._residency.evicted:
             return None
         t0 = time.perf_counter()
         self._residency.restore()
-        self._evicted = False
         return time.perf_counter() - t0
 
     def _send(self, message: contract.Message) -> None:
@@ -588,7 +583,7 @@ class Job:
         hello: list[contract.Message] = [contract.Hello(job_id=self.job_id, run=self.run, pid=self._pid)]
         if self._paused:
             step = self.global_step - self.start_step
-            hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=step, evicted=self._evicted))
+            hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=step, evicted=self.evicted))
         return hello
 
     # -- signals -----------------------------------------------------------------------------------------------

@@ -154,7 +154,6 @@ class Ladder:
         self.peak_mib.pop(i, None)  # what it measured before no longer fits what it does
         below = self._first_fit_below(i)
         if below is None:
-            # Nothing left that may fit: try the last rung anyway once more only if it is not the one that failed.
             raise LadderExhausted(f"no rung of the memory ladder fits a cap of {self.cap_mib} MiB")
         self.index = below
 
@@ -236,13 +235,13 @@ class Residency:
         self.model = model
         self.optimizer = optimizer
         self.device = device
-        self._evicted: list[_Slot] = []
+        self._evicted: list[_Slot] | None = None  # what evict() moved, until restore(); None: not evicted
         self._opt_on_host: list[_Slot] = []
         self._opt_host_mode = False
 
     @property
     def evicted(self) -> bool:
-        return bool(self._evicted)
+        return self._evicted is not None
 
     @property
     def optimizer_on_host(self) -> bool:
@@ -309,7 +308,7 @@ class Residency:
 
     def evict(self) -> None:
         """Move everything to host memory and release the device's cached memory (idempotent)."""
-        if self._evicted:
+        if self._evicted is not None:
             return
         moved: list[_Slot] = []
         for p in self.parameters():
@@ -324,9 +323,10 @@ class Residency:
 
     def restore(self) -> None:
         """Move back what :meth:`evict` moved (idempotent)."""
-        if not self._evicted:
+        if self._evicted is None:
             return
         self._put_back(self._evicted)
+        self._evicted = None
         self.device.synchronize()
 
     def optimizer_to_host(self) -> None:
