@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corral.live.client import Client
+from corral.policies.registry import policy_names
 from live_server import Server, start_server, stop_server
 
 PY = sys.executable
@@ -90,5 +91,38 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(state_dir: Pat
         assert c["process"]["run"] == 1 and client.logs(waiting["job_id"])["text"].splitlines().count("C ran") == 1
         d = client.job(done["job_id"])
         assert d["process"]["run"] == 1 and client.logs(done["job_id"])["text"].splitlines().count("D ran") == 1
+    finally:
+        stop_server(server)
+
+
+# SJF and SRTF are oracles: they refuse live jobs, which have no known duration (tests/live/test_restart_policies.py
+# restarts them on a virtual clock, with a trace's durations).
+LIVE_POLICIES = [p for p in policy_names() if p not in ("sjf", "srtf")]
+
+
+@pytest.mark.parametrize("policy", LIVE_POLICIES)
+def test_every_policy_takes_back_running_and_pending_jobs_after_kill_9(state_dir: Path, policy: str) -> None:
+    """Issue 22, item 1: under Tiresias and Gandiva a restart with a running job used to exit (the policy's
+    ``on_job_changed`` met a job it had never seen). Every policy now takes back its running jobs (reattached:
+    still their first run) and its pending one, and all three finish once."""
+    server = start_server(state_dir, "--gpus", "2", "--policy", policy)
+    client = Client(server.url, (state_dir / "admin.token").read_text().strip())
+    try:
+        marker = "import os, time; print('run', os.environ['CORRAL_RUN'], flush=True); time.sleep(3)"
+        jobs = [client.submit([PY, "-c", marker]) for _ in range(3)]
+        _until(lambda: sum(client.job(j["job_id"])["process"]["phase"] == "running" for j in jobs) >= 2)
+    finally:
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait()
+
+    server = start_server(state_dir, "--gpus", "2", "--policy", policy)
+    client = Client(server.url, (state_dir / "admin.token").read_text().strip())
+    try:
+        for job in jobs:
+            _until(lambda j=job: client.job(j["job_id"])["phase"] == "finished", 60)  # type: ignore[misc]
+        runs = sorted(client.job(j["job_id"])["process"]["run"] for j in jobs)
+        assert runs == [1, 1, 1], runs  # none restarted, none started twice
+        for job in jobs:
+            assert client.logs(job["job_id"])["text"].splitlines().count("run 1") == 1
     finally:
         stop_server(server)

@@ -147,7 +147,10 @@ class Engine:
     def restore(self, record: JobStatus, now_s: float) -> JobStatus:
         """Take back a job known from before a restart (live recovery; see :meth:`ClusterState.restore`)."""
         job = self.state.restore(record, now_s)
-        self._changed(job, now_s)
+        # The policy has seen none of this job's history: it rebuilds what it keeps about it from the job itself.
+        self.policy.on_job_restored(self.state, job, now_s)
+        if self.on_change is not None:
+            self.on_change(job, now_s)
         return job
 
     def _changed(self, job: JobStatus, now: float) -> None:

@@ -488,17 +488,22 @@ class Controller:
         """Virtual-clock runs: stream trace jobs to the engine (they are written to the store as they arrive)."""
         self.engine.feed(jobs)
 
-    def run_virtual(self) -> None:
+    def run_virtual(self, *, turns: int | None = None) -> None:
         """Run to the end on a virtual clock, with an agent that reports in virtual time (see
         :class:`~corral.live.virtual.VirtualAgent`): each step goes to the earliest engine event or agent
-        report, exactly as :meth:`Engine.run` goes from event to event."""
+        report, exactly as :meth:`Engine.run` goes from event to event.
+
+        ``turns`` stops after that many turns, as a ``kill -9`` between two turns would (restart tests: a new
+        controller on the same store and agent then takes over)."""
         agent = self.agent
         next_report = getattr(agent, "next_report_s", None)
         due = getattr(agent, "reports_due", None)
         if next_report is None or due is None:
             raise CorralError("run_virtual needs an agent that reports in virtual time (VirtualAgent)")
         self.recover()
-        while True:
+        done = 0
+        while turns is None or done < turns:
+            done += 1
             t_engine = self.engine.queue.peek_time() if self.engine.queue else math.inf
             t_agent = next_report()
             t = min(t_engine, math.inf if t_agent is None else t_agent)

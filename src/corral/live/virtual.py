@@ -139,4 +139,6 @@ class VirtualAgent:
         return (job_id, run) in self._runs
 
     def adopt(self, job_id: str, run: int) -> bool:
-        return False  # nothing outlives a virtual run
+        # A run outlives its controller as a real process does: a controller started anew on the same agent
+        # (a restart) takes back the runs the agent still has.
+        return (job_id, run) in self._runs

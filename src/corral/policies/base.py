@@ -11,6 +11,10 @@ neutral defaults, in the spirit of the Kubernetes scheduling framework:
 - ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due, before
   that instant's round. It returns the pending jobs whose ``queue_key`` it changed (Tiresias' promotion of a
   starving job), and the engine files them again under their new key; the default changes nothing;
+- ``on_job_restored(view, job, now_s)``: told, instead of ``on_job_changed``, of each job the live controller takes
+  back after a restart (:meth:`corral.engine.loop.Engine.restore`), in its phase then (running, or pending:
+  queued, suspended or preempted). A policy that keeps its own state about jobs rebuilds it here from the job
+  and the view, since it has seen none of the job's history; the default treats it as a change;
 - ``on_telemetry(job, now_s)``: told after a running job's telemetry was recorded (``job.telemetry``), for
   policies that act on measurements (AntMan's local coordinator); it may be called while a decision is being
   applied (the simulator reports the new speeds of the jobs an action affects), so it only takes note: the
@@ -82,6 +86,9 @@ class BasePolicy:
 
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         return None
+
+    def on_job_restored(self, view: ClusterView, job: JobView, now_s: float) -> None:
+        self.on_job_changed(job, now_s)
 
     def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
         return ()

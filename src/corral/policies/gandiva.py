@@ -290,6 +290,25 @@ class GandivaPolicy(BasePolicy):
                     if not peers:
                         del self._bad[other]
 
+    def on_job_restored(self, view: ClusterView, job: JobView, now_s: float) -> None:
+        """A job taken back after a live restart. A packed job is paired again with the other packed job on its
+        GPU once both are back (their pairing is judged afresh, as after a new pack); a suspended one waits in
+        the queue as it did."""
+        self._bind(view)
+        placement = job.placement
+        job_id = job.spec.job_id
+        if (
+            job.phase is JobPhase.RUNNING
+            and placement is not None
+            and job.spec.gpu_milli == FULL_GPU_MILLI
+            and placement.gpu_milli < FULL_GPU_MILLI
+        ):
+            for other in view.gpu_jobs(placement.gpus[0]):
+                if other != job_id and other in self._partner and self._partner[other] is None:
+                    self._planned[job_id] = other
+                    break
+        self.on_job_changed(job, now_s)
+
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         cfg = self.config
         assert isinstance(cfg, GandivaConfig)

@@ -305,6 +305,18 @@ class TiresiasPolicy(BasePolicy):
         if phase is JobPhase.FINISHED and self._learning:
             self._learn(job.spec.num_gpus * job.executed_s)
 
+    def on_job_restored(self, view: ClusterView, job: JobView, now_s: float) -> None:
+        """A job taken back after a live restart: its queue follows from its attained service, as for a job
+        seen for the first time. What is lost with the old controller is a starvation promotion's offset (a
+        promoted job counts its service from the start again, so it may be demoted sooner than it would have
+        been) and how long it had waited in its queue (a restored job enters its queue now)."""
+        job_id = job.spec.job_id
+        if job.phase is JobPhase.RUNNING:
+            started = job.last_start_s if job.last_start_s is not None else now_s
+            self._queue[job_id] = self._queue_for(self._queue_attained(job))
+            self._entered[job_id] = started
+        self.on_job_changed(job, now_s)
+
     def _learn(self, gpu_s: float) -> None:
         self._learned.append(gpu_s)
         n = len(self._learned)
