@@ -725,3 +725,147 @@ def test_bad_quota_specs(spec: str, message: str) -> None:
 def test_equal_quotas_that_floor_to_nothing() -> None:
     with pytest.raises(ConfigError, match="gives each 0 GPUs"):
         with_quotas(load_cluster("1x2"), "equal", ["a", "b", "c"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Size limits: a huge count is a located error at once, never minutes of building nodes
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("group", "column", "line", "expected"),
+    [
+        ("count = 100000000\ngpus = 8", "nodes[0].count", 3, "at most 200,000 (corral's limit on nodes in a cluster)"),
+        ("gpus = 9223372036854775807", "nodes[0].gpus", 3, "at most 1,024 (corral's limit on GPUs per node)"),
+        ("gpus = 1025", "nodes[0].gpus", 3, "at most 1,024 (corral's limit on GPUs per node)"),
+        ("gpus = 8\ngpus_per_switch = 4096", "nodes[0].gpus_per_switch", 4, "at most 1,024"),
+        ("gpus = 8\ncount = 2\nracks_of = 300000", "nodes[0].racks_of", 5, "at most 200,000"),
+    ],
+    ids=["count", "gpus-int64-max", "gpus", "gpus-per-switch", "racks-of"],
+)
+def test_counts_over_the_limits(group: str, column: str, line: int, expected: str) -> None:
+    with pytest.raises(ClusterSpecError) as info:
+        parse_cluster_toml(f'[[nodes]]\ngpu_type = "T4"\n{group}\n', source="big.toml")
+    err = info.value
+    assert (err.file, err.line, err.column) == ("big.toml", line, column)
+    assert err.message == "out of range"
+    assert err.expected is not None and "an integer >= 1" in err.expected and expected in err.expected
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "line", "message", "expected"),
+    [
+        (
+            '[[nodes]]\ngpu_type = "T4"\ncount = 150000\ngpus = 8\n',
+            "nodes[0].count",
+            3,
+            "with nodes[0] the cluster would have 1,200,000 GPUs, more than corral's limit",
+            "at most 1,000,000 GPUs in a cluster (corral's limit)",
+        ),
+        (
+            '[[nodes]]\ngpu_type = "T4"\ncount = 120000\ngpus = 1\n'
+            '[[nodes]]\ngpu_type = "T4"\ncount = 90000\ngpus = 1\n',
+            "nodes[1].count",
+            7,
+            "with nodes[1] the cluster would have 210,000 nodes, more than corral's limit",
+            "at most 200,000 nodes in a cluster (corral's limit)",
+        ),
+        (
+            '[[nodes]]\ngpu_type = "T4"\ncount = 1000\ngpus = 1000\n'
+            '[[nodes]]\nname = "one-more"\ngpu_type = "T4"\ngpus = 1\n',
+            "nodes[1].gpus",
+            8,
+            "with nodes[1] the cluster would have 1,000,001 GPUs, more than corral's limit",
+            "at most 1,000,000 GPUs",
+        ),
+    ],
+    ids=["gpus-in-one-group", "nodes-over-groups", "gpus-over-groups"],
+)
+def test_totals_over_the_limits(text: str, column: str, line: int, message: str, expected: str) -> None:
+    with pytest.raises(ClusterSpecError) as info:
+        parse_cluster_toml(text, source="big.toml")
+    err = info.value
+    assert (err.file, err.line, err.column, err.message) == ("big.toml", line, column, message)
+    assert err.expected is not None and expected in err.expected
+
+
+def test_the_largest_allowed_cluster_builds() -> None:
+    c = parse_cluster_toml('[[nodes]]\ngpu_type = "T4"\ncount = 1000\ngpus = 1000\n')
+    assert (len(c.nodes), c.num_gpus) == (1000, 1_000_000)
+    assert load_cluster("1x1024").num_gpus == 1024
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("300000x1", "300,000 nodes, more than corral's limit; expected at most 200,000 nodes"),
+        ("1x2000", "2,000 GPUs in one node"),
+        ("2000x1000", "2,000,000 GPUs, more than corral's limit"),
+        ("9" * 5000 + "x8", "at least 1,000,000,000 nodes"),  # int() of it would refuse 5,000 digits
+    ],
+)
+def test_inline_over_the_limits(spec: str, words: str) -> None:
+    with pytest.raises(ClusterSpecError, match="corral's limit") as info:
+        load_cluster(spec)
+    assert words in str(info.value)
+
+
+def test_inline_reads_ascii_digits_only() -> None:
+    assert load_cluster("0004x0008").num_gpus == 32
+    for spec in ("\u0664x8", "\uff14x8"):  # Arabic-Indic and full-width 4: Python's int() reads both
+        with pytest.raises(ClusterSpecError, match="unknown cluster"):
+            load_cluster(spec)
+
+
+def test_tiresias_spec_over_the_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tiresias").mkdir()
+    spec = tmp_path / "tiresias" / "n9g9.csv"
+    spec.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1000,1000,8,40,256\n")
+    monkeypatch.setenv("CORRAL_DATA_DIR", str(tmp_path))
+    with pytest.raises(ClusterSpecError) as info:
+        load_cluster("n9g9")
+    err = info.value
+    assert (err.file, err.line, err.column) == (str(spec), 2, "num_node_p_switch")
+    assert err.expected == "at most 200,000 nodes in a cluster (corral's limit)"
+
+
+# --------------------------------------------------------------------------------------------------------
+# TOML that tomllib alone would turn into a traceback
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ('name = "x"\nnodes = ' + "[" * 500 + "]" * 500 + "\n", 2, None),
+        ('name = "x"\n' + "a." * 500 + "b = 1\n", 2, "a.a.a.a.<58 more>.a.a.a"),
+        ('name = "x"\n' + "[" + "t." * 500 + "u]\n", 2, "t.t.t.t.<58 more>.t.t.t"),
+    ],
+    ids=["arrays", "dotted-key", "table-header"],
+)
+def test_nested_500_deep_is_located(tmp_path: Path, text: str, line: int, column: str | None) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(text)
+    with pytest.raises(ClusterSpecError) as info:
+        load_cluster(str(path))
+    err = info.value
+    assert (err.file, err.line, err.column) == (str(path), line, column)
+    assert err.expected == "tables and arrays nested at most 64 deep"
+
+
+def test_integer_beyond_tomls_range(tmp_path: Path) -> None:
+    with pytest.raises(ClusterSpecError) as info:
+        parse_cluster_toml('[[nodes]]\ngpu_type = "T4"\ngpus = 9223372036854775808\n', source="x.toml")
+    err = info.value
+    assert (err.line, err.column, err.message, err.got) == (
+        3,
+        "nodes[0].gpus",
+        "integer out of range",
+        "9223372036854775808",
+    )
+
+
+def test_gpus_as_a_huge_float_is_the_wrong_type() -> None:
+    with pytest.raises(ClusterSpecError) as info:
+        parse_cluster_toml('[[nodes]]\ngpu_type = "T4"\ngpus = 1e308\n', source="x.toml")
+    assert (info.value.line, info.value.column, info.value.got) == (3, "nodes[0].gpus", "1e+308 (float)")

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from corral.core.errors import ConfigError, TraceError
-from corral.core.job import JobClass
+from corral.core.job import JobClass, JobPhase
+from corral.policies import make_policy
+from corral.sim.clusters import load_cluster
+from corral.sim.runner import simulate
 from corral.sim.trace import Trace
 from corral.sim.traces import parse_columns, read_csv, read_openb, read_philly, read_tiresias, read_trace
 
@@ -315,3 +318,169 @@ def test_bytes_that_are_not_utf8_are_located(tmp_path: Path) -> None:
     assert type(err) is TraceError
     assert (err.line, err.column, err.expected) == (3, "cluster", "UTF-8 text")
     assert read_philly(path, skip_invalid=True).skipped == Counter({"bad cluster": 1})
+
+
+# --- number forms Python reads but a trace should not, and numbers too large to replay -------------------------
+
+ODD_NUMBERS = ["1_000", "1_0.5", "\uff11\uff12", "\u0663", "\u0661\u0662.5", "\u09e8", "\u2003" + "4"]
+
+
+@pytest.mark.parametrize("cell", ODD_NUMBERS)
+@pytest.mark.parametrize(
+    ("header", "row", "column", "read"),
+    [
+        (PHILLY_HEADER, "2017-10-09 07:01:55,{},1,66.0,11cb48", "duration", read_philly),
+        (PHILLY_HEADER, "2017-10-09 07:01:55,66.0,{},66.0,11cb48", "num_gpus", read_philly),
+        (TIRESIAS_HEADER, "0,{},0,606,vgg19,164,30", "num_gpu", read_tiresias),
+        (TIRESIAS_HEADER, "0,1,{},606,vgg19,164,30", "submit_time", read_tiresias),
+        (OPENB_HEADER, "pod-b,6000,12288,1,{},,LS,Running,10,100,20", "gpu_milli", read_openb),
+        (OPENB_HEADER, "pod-b,6000,12288,1,460,,LS,Running,10,{},20", "deletion_time", read_openb),
+        ("jobid,ts,dur,n,vc", "a,{},5,1,v", "ts", lambda p: read_csv(p, COLUMNS)),
+        ("jobid,ts,dur,n,vc", "a,10,5,{},v", "n", lambda p: read_csv(p, COLUMNS)),
+        ("jobid,ts,dur,n,vc,bs", "a,10,5,1,v,{}", "bs", lambda p: read_csv(p, {**COLUMNS, "batch_size": "bs"})),
+    ],
+    ids=["philly-duration", "philly-gpus", "tiresias-gpus", "tiresias-submit", "openb-milli", "openb-deletion",
+         "csv-submit", "csv-gpus", "csv-batch"],
+)  # fmt: skip
+def test_number_forms_python_reads_are_refused(
+    tmp_path: Path, header: str, row: str, column: str, read: Callable[[Path], Trace], cell: str
+) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(f"{header}\n{row.format(cell)}\n", encoding="utf-8")
+    err = _error(read, path)
+    assert (err.line, err.column, err.got) == (2, column, cell)
+    assert err.expected is not None and "digits 0-9" in err.expected
+
+
+def test_plain_number_forms_still_read(tmp_path: Path) -> None:
+    # What a trace has always been allowed to write keeps reading as before.
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a, 10 ,5e1,4.0,v", "b,+20,1.5E2, 2 ,v", "c,30.,.5,+1,v")
+    trace = read_csv(path, COLUMNS)
+    assert [(j.job_id, j.submit_s, j.duration_s, j.num_gpus) for j in trace.jobs] == [
+        ("a", 10.0, 50.0, 4),
+        ("b", 20.0, 150.0, 2),
+        ("c", 30.0, 0.5, 1),
+    ]
+
+
+def test_skip_invalid_tallies_odd_number_forms(tmp_path: Path) -> None:
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a,1_0,5,1,v", "b,10,\uff15,1,v", "c,10,5,\u0662,v", "d,10,5,1,v")
+    trace = read_csv(path, COLUMNS, skip_invalid=True)
+    assert trace.skipped == Counter({"bad submit": 1, "bad duration": 1, "bad gpus": 1})
+    assert [job.job_id for job in trace.jobs] == ["d"]
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "words"),
+    [
+        ("a,10,5,1e308,v", "n", "at most 1,000,000"),
+        ("a,10,5,1000001,v", "n", "at most 1,000,000"),
+        ("a,10,5," + "9" * 5000 + ",v", "n", "at most 1,000,000"),  # int() refuses 5,000 digits
+    ],
+)
+def test_generic_gpu_counts_beyond_any_cluster(tmp_path: Path, row: str, column: str, words: str) -> None:
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", row)
+    err = _error(lambda p: read_csv(p, COLUMNS), path)
+    assert (err.line, err.column) == (2, column)
+    assert err.expected is not None and words in err.expected and "integer >= 1" in err.expected
+
+
+def test_gpu_counts_at_the_limit_read(tmp_path: Path) -> None:
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a,10,5,1000000,v", "b,10,5,1e6,v")
+    assert [job.num_gpus for job in read_csv(path, COLUMNS).jobs] == [1_000_000, 1_000_000]
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "column", "read"),
+    [
+        (PHILLY_HEADER, "2017-10-09 07:01:55,66.0,1000001,66.0,11cb48", "num_gpus", read_philly),
+        (TIRESIAS_HEADER, "0,99999999999999999999,0,606,vgg19,164,30", "num_gpu", read_tiresias),
+        (OPENB_HEADER, "pod-b,6000,12288,1000001,1000,,LS,Running,10,100,20", "num_gpu", read_openb),
+    ],
+)
+def test_gpu_counts_beyond_any_cluster(
+    tmp_path: Path, header: str, row: str, column: str, read: Callable[[Path], Trace]
+) -> None:
+    path = _write(tmp_path, header, row)
+    err = _error(read, path)
+    assert (err.line, err.column) == (2, column)
+    assert err.expected is not None and "at most 1,000,000" in err.expected
+
+
+def test_batch_size_beyond_any_training_run(tmp_path: Path) -> None:
+    columns = {**COLUMNS, "batch_size": "bs"}
+    path = _write(tmp_path, "jobid,ts,dur,n,vc,bs", "a,10,5,1,v,1e300")
+    err = _error(lambda p: read_csv(p, columns), path)
+    assert (err.line, err.column, err.got) == (2, "bs", "1e300")
+    assert err.expected is not None and "at most 1,000,000,000" in err.expected
+    ok = _write(tmp_path, "jobid,ts,dur,n,vc,bs", "a,10,5,1,v,1000000000", name="ok.csv")
+    assert read_csv(ok, columns).jobs[0].batch_size == 1_000_000_000
+
+
+def test_metrics_of_the_largest_job_do_not_overflow(tmp_path: Path) -> None:
+    # gpus = 1e308 used to pass the reader and raise OverflowError in the metrics; the largest count that
+    # reads now is one a replay can account for (it is rejected: no cluster here is that large).
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a,0,100,1e6,v", "b,5,100,1,v")
+    result = simulate(read_csv(path, COLUMNS), load_cluster("2x8"), make_policy("fifo"))
+    assert [job.phase for job in result.jobs] == [JobPhase.REJECTED, JobPhase.FINISHED]
+    assert result.summary["jobs_total"] == 2
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01 00:00:00+23:59"],
+)
+def test_timestamps_whose_utc_time_leaves_the_calendar(tmp_path: Path, stamp: str) -> None:
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a,2024-01-01T00:00:00Z,5,1,v", f"b,{stamp},5,1,v")
+    err = _error(lambda p: read_csv(p, COLUMNS), path)
+    assert (err.line, err.column, err.got) == (3, "ts", stamp)
+    assert err.expected is not None and "0001-01-01 to 9999-12-31 in UTC" in err.expected
+    assert read_csv(path, COLUMNS, skip_invalid=True).skipped == Counter({"bad submit": 1})
+
+
+def test_timestamps_at_the_calendar_edges_read(tmp_path: Path) -> None:
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", "a,0001-01-01T01:00:00+01:00,5,1,v", "b,9999-12-31T23:59:59Z,5,1,v")
+    trace = read_csv(path, COLUMNS)
+    assert [job.submit_s for job in trace.jobs] == [0.0, 315537897599.0]
+
+
+def test_timestamps_with_other_scripts_digits(tmp_path: Path) -> None:
+    arabic = "\u0662\u0660\u0661\u0667-10-09 07:01"  # strptime's %Y reads these
+    path = _write(tmp_path, "jobid,ts,dur,n,vc", f"a,{arabic},5,1,v")
+    err = _error(lambda p: read_csv(p, COLUMNS, time_format="%Y-%m-%d %H:%M"), path)
+    assert (err.line, err.column, err.got) == (2, "ts", arabic)
+    philly = _write(tmp_path, PHILLY_HEADER, "\uff12017-10-09 07:01:55,66.0,1,66.0,11cb48", name="p.csv")
+    assert _error(read_philly, philly).column == "timestamp"
+
+
+# --- the wrong number of fields names the columns ------------------------------------------------------------
+
+
+def test_too_few_fields_name_the_columns_filled_and_lacking(tmp_path: Path) -> None:
+    path = _write(tmp_path, PHILLY_HEADER, "2017-10-09 07:01:55,66.0,1")
+    err = _error(read_philly, path)
+    assert err.column == "gpu_time"
+    assert err.message == (
+        "the row has 3 fields but the header has 5 columns: it fills columns timestamp,duration,num_gpus and"
+        " lacks gpu_time,cluster (a missing field?)"
+    )
+    assert err.expected == "5 comma-separated fields, as in the header: " + PHILLY_HEADER
+
+
+def test_too_many_fields_name_the_last_column(tmp_path: Path) -> None:
+    path = _write(tmp_path, TIRESIAS_HEADER, "0,1,0,606,vgg19,164,30,x,y")
+    err = _error(read_tiresias, path)
+    assert err.column is None
+    assert err.message == (
+        "the row has 9 fields but the header has 7 columns: 2 fields beyond the last column, interval"
+        " (an unquoted comma?)"
+    )
+    assert err.expected == "7 comma-separated fields, as in the header: " + TIRESIAS_HEADER
+
+
+def test_a_wide_header_is_listed_in_part(tmp_path: Path) -> None:
+    header = ",".join(["jobid", "ts", "dur", "n"] + [f"c{i}" for i in range(100)])
+    path = _write(tmp_path, header, "a,10,5")
+    err = _error(lambda p: read_csv(p, {"id": "jobid", "submit": "ts", "duration": "dur", "gpus": "n"}), path)
+    assert err.expected is not None and err.expected.endswith(",c7,... (92 more)")
+    assert "lacks n,c0,c1," in err.message and ",c10,... (89 more)" in err.message

@@ -62,6 +62,29 @@ class InputError(CorralError):
         return "; ".join(parts)
 
 
+class TomlError(InputError):
+    """A TOML file that cannot be read as TOML: a syntax error, nesting deeper than corral reads, or an integer
+    outside TOML's 64-bit range (see :mod:`corral.core.toml`).
+
+    ``syntax`` is tomllib's own message (with its line and column) when the file is not TOML at all, else None,
+    so a caller can word a syntax error its own way and pass the other kinds on as they are.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        column: str | None = None,
+        expected: str | None = None,
+        got: str | None = None,
+        syntax: str | None = None,
+    ) -> None:
+        self.syntax = syntax
+        super().__init__(message, file=file, line=line, column=column, expected=expected, got=got)
+
+
 class TraceError(InputError):
     """A malformed row or file in a job trace."""
 

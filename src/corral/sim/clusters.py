@@ -23,7 +23,6 @@ import csv
 import difflib
 import math
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
@@ -32,14 +31,18 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from corral.core.cluster import Cluster, GpuType, NodeSpec
-from corral.core.errors import ClusterSpecError, ConfigError
+from corral.core.errors import ClusterSpecError, ConfigError, TomlError
 from corral.core.tenant import Tenant
+from corral.core.toml import decode_toml, parse_toml
 from corral.sim.data import data_dir, data_file
 
 __all__ = [
     "BUILTIN_GPU_TYPES",
     "DEFAULT_GPU_TYPE",
     "INLINE_RACK_SIZE",
+    "MAX_GPUS",
+    "MAX_GPUS_PER_NODE",
+    "MAX_NODES",
     "OPENB_GPU_MEM_MIB",
     "OPENB_RACK_SIZE",
     "PHILLY_RACK_SIZE",
@@ -56,6 +59,37 @@ __all__ = [
 ]
 
 _GIB: Final = 1024  # MiB per GiB
+
+# ---------------------------------------------------------------------------------------------------------
+# Size limits. A cluster is built node by node, so a file saying ``count = 100000000`` would otherwise spend
+# minutes and gigabytes before anything could go wrong. The limits are far above any real cluster (the largest
+# training clusters of 2024 have about 100,000 GPUs, on 8 per node) and low enough that building the largest
+# allowed cluster takes seconds: 1,000,000 GPUs on 200,000 nodes of 5 take about 2 s and 100 MiB here.
+# ---------------------------------------------------------------------------------------------------------
+
+MAX_NODES: Final = 200_000  # nodes in one cluster
+MAX_GPUS_PER_NODE: Final = 1_024  # GPUs in one node (an NVL72 rack seen as one node has 72)
+MAX_GPUS: Final = 1_000_000  # GPUs in one cluster, all nodes together
+_COUNT_CLAMP: Final = 10**9  # an inline count this large or larger is only said to be "at least" this
+
+
+def _size_problem(num_nodes: int, gpus_per_node: int, total_gpus: int) -> tuple[str, str] | None:
+    """(what is too large, "at most" the limit) for a cluster of this size, or None when it is within limits."""
+    if num_nodes > MAX_NODES:
+        return f"{_at_least(num_nodes)} nodes", f"at most {MAX_NODES:,} nodes in a cluster (corral's limit)"
+    if gpus_per_node > MAX_GPUS_PER_NODE:
+        return (
+            f"{_at_least(gpus_per_node)} GPUs in one node",
+            f"at most {MAX_GPUS_PER_NODE:,} GPUs per node (corral's limit)",
+        )
+    if total_gpus > MAX_GPUS:
+        return f"{_at_least(total_gpus)} GPUs", f"at most {MAX_GPUS:,} GPUs in a cluster (corral's limit)"
+    return None
+
+
+def _at_least(n: int) -> str:
+    return f"at least {_COUNT_CLAMP:,}" if n >= _COUNT_CLAMP else f"{n:,}"
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Built-in GPU types (for ``NxG:TYPE`` and for TOML files that name a type without defining it).
@@ -122,10 +156,10 @@ def _csv_rows(path: Path, header: list[str]) -> Iterator[tuple[int, list[str]]]:
                 continue
             if len(cells) != len(header):
                 raise ClusterSpecError(
-                    "wrong number of fields",
+                    f"wrong number of fields: {len(cells)} where the header has {len(header)}",
                     file=str(path),
                     line=reader.line_num,
-                    expected=f"{len(header)} fields",
+                    expected=f"{len(header)} fields, as in the header: {','.join(header)}",
                     got=",".join(cells),
                 )
             yield reader.line_num, [c.strip() for c in cells]
@@ -136,7 +170,8 @@ def _csv_int(path: Path, line: int, column: str, text: str, minimum: int = 0) ->
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value < minimum:
+    # int() also reads "1_000" and other scripts' digits: a data file writes 0-9 only (as the trace readers require).
+    if value is None or value < minimum or "_" in text or not text.isascii():
         raise ClusterSpecError(
             "bad value",
             file=str(path),
@@ -351,6 +386,17 @@ def _load_tiresias(name: str) -> Cluster:
         _csv_int(path, line, col, cell, minimum=0 if col in ("num_cpu_p_node", "mem_p_node") else 1)
         for col, cell in zip(_TIRESIAS_HEADER, cells, strict=True)
     )
+    # Any nNgG.csv dropped in the folder becomes a preset, so its counts are checked like a TOML file's.
+    too_big = _size_problem(switches * per_switch, gpus, switches * per_switch * gpus)
+    if too_big is not None:
+        raise ClusterSpecError(
+            f"the spec describes {too_big[0]}, more than corral's limit",
+            file=str(path),
+            line=line,
+            column="num_gpu_p_node" if gpus > MAX_GPUS_PER_NODE else "num_node_p_switch",
+            expected=too_big[1],
+            got=",".join(cells),
+        )
     # A Tiresias "switch" is a top-of-rack switch: num_node_p_switch nodes under each, so one rack per switch.
     nodes = tuple(
         NodeSpec(
@@ -373,7 +419,15 @@ def _load_tiresias(name: str) -> Cluster:
 # ---------------------------------------------------------------------------------------------------------
 
 INLINE_RACK_SIZE: Final = 32  # nodes per rack in the inline form, as in openb
-_INLINE_RE: Final = re.compile(r"(\d+)[xX](\d+)(?::(.+))?")
+# ASCII digits only: \d would also take other scripts' digits, which int() reads.
+_INLINE_RE: Final = re.compile(r"([0-9]+)[xX]([0-9]+)(?::(.+))?")
+
+
+def _inline_count(digits: str) -> int:
+    """The number ``digits`` writes, clamped to _COUNT_CLAMP: a longer one is over every limit anyway, and int()
+    of it would cost time for nothing (Python refuses more than 4,300 digits outright)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 9 else _COUNT_CLAMP
 
 
 def _inline_cluster(spec: str, num_nodes: int, num_gpus: int, type_name: str | None) -> Cluster:
@@ -393,6 +447,11 @@ def _inline_cluster(spec: str, num_nodes: int, num_gpus: int, type_name: str | N
             f"inline cluster {spec!r} needs at least one node and one GPU per node",
             expected="NxG with N >= 1 and G >= 1",
             got=spec,
+        )
+    too_big = _size_problem(num_nodes, num_gpus, num_nodes * num_gpus)
+    if too_big is not None:
+        raise ClusterSpecError(
+            f"inline cluster {spec!r} has {too_big[0]}, more than corral's limit", expected=too_big[1], got=spec
         )
     nodes = tuple(
         NodeSpec(
@@ -427,7 +486,6 @@ _NODE_KEYS: Final = (
 )
 _TENANT_KEYS: Final = ("name", "quota_gpus")
 _DEFAULT_RACK: Final = "rack-0"  # nodes that name no rack share this one (NodeSpec's default too)
-_TOML_LINE_RE: Final = re.compile(r"at line (\d+)")
 
 
 def _toml_type(value: object) -> str:
@@ -567,37 +625,21 @@ class _TomlReader:
         minimum: int,
         required: bool,
         default: int | None = None,
+        maximum: int | None = None,
+        limit: str = "",
     ) -> int | None:
+        """An integer in ``[minimum, maximum]``; ``limit`` says in words what the maximum is (for the error)."""
+        form = f"an integer >= {minimum}" + ("" if maximum is None else f", at most {maximum:,}{limit}")
         if key not in mapping:
             if required:
-                raise self.error(
-                    "missing required key",
-                    table=table,
-                    index=index,
-                    key=key,
-                    expected=f"an integer >= {minimum}",
-                )
+                raise self.error("missing required key", table=table, index=index, key=key, expected=form)
             return default
         value = mapping[key]
         # bool is an int in Python but never a count in TOML
         if not isinstance(value, int) or isinstance(value, bool):
-            raise self.error(
-                "wrong type",
-                table=table,
-                index=index,
-                key=key,
-                expected=f"an integer >= {minimum}",
-                got=_show(value),
-            )
-        if value < minimum:
-            raise self.error(
-                "out of range",
-                table=table,
-                index=index,
-                key=key,
-                expected=f"an integer >= {minimum}",
-                got=_show(value),
-            )
+            raise self.error("wrong type", table=table, index=index, key=key, expected=form, got=_show(value))
+        if value < minimum or (maximum is not None and value > maximum):
+            raise self.error("out of range", table=table, index=index, key=key, expected=form, got=_show(value))
         return value
 
     def get_speed(self, mapping: Mapping[str, Any], table: str, index: int) -> float:
@@ -669,8 +711,9 @@ class _TomlReader:
         used: dict[str, GpuType] = {}  # GPU types the nodes use, by the name they use
         nodes: list[NodeSpec] = []
         node_group: dict[str, int] = {}
+        num_gpus = 0
         for g, group in enumerate(groups):
-            for node in self.node_group(group, g, defined, used, len(nodes)):
+            for node in self.node_group(group, g, defined, used, len(nodes), num_gpus):
                 if node.name in node_group:
                     raise self.error(
                         f"node name {node.name!r} is already used by nodes[{node_group[node.name]}]",
@@ -682,6 +725,7 @@ class _TomlReader:
                     )
                 node_group[node.name] = g
                 nodes.append(node)
+                num_gpus += node.num_gpus
 
         tenants: list[Tenant] = []
         for i, entry in enumerate(self.tables(doc, "tenant")):
@@ -716,20 +760,40 @@ class _TomlReader:
         defined: Mapping[str, GpuType],
         used: dict[str, GpuType],
         first_index: int,
+        first_gpus: int,
     ) -> list[NodeSpec]:
+        """The nodes of the g-th [[nodes]] group; ``first_index`` nodes with ``first_gpus`` GPUs come before."""
         t = "nodes"
         self.check_keys(group, _NODE_KEYS, t, g)
-        count = self.get_int(group, "count", t, g, minimum=1, required=False, default=1)
+        nodes_limit = " (corral's limit on nodes in a cluster)"
+        gpus_limit = " (corral's limit on GPUs per node)"
+        count = self.get_int(
+            group, "count", t, g, minimum=1, required=False, default=1, maximum=MAX_NODES, limit=nodes_limit
+        )
         type_name = self.get_str(group, "gpu_type", t, g, required=True)
-        gpus = self.get_int(group, "gpus", t, g, minimum=1, required=True)
-        per_switch = self.get_int(group, "gpus_per_switch", t, g, minimum=1, required=False)
+        gpus = self.get_int(group, "gpus", t, g, minimum=1, required=True, maximum=MAX_GPUS_PER_NODE, limit=gpus_limit)
+        per_switch = self.get_int(
+            group, "gpus_per_switch", t, g, minimum=1, required=False, maximum=MAX_GPUS_PER_NODE, limit=gpus_limit
+        )
         prefix = self.get_str(group, "prefix", t, g, required=False)
         name = self.get_str(group, "name", t, g, required=False)
         rack = self.get_str(group, "rack", t, g, required=False)
-        racks_of = self.get_int(group, "racks_of", t, g, minimum=1, required=False)
+        racks_of = self.get_int(group, "racks_of", t, g, minimum=1, required=False, maximum=MAX_NODES)
         cpu_milli = self.get_int(group, "cpu_milli", t, g, minimum=0, required=False)
         host_mem = self.get_int(group, "host_mem_mib", t, g, minimum=0, required=False)
         assert count is not None and type_name is not None and gpus is not None
+        # Totals are checked before a single node is built: the groups so far plus this one.
+        too_big = _size_problem(first_index + count, gpus, first_gpus + count * gpus)
+        if too_big is not None:
+            raise self.error(
+                f"with nodes[{g}] the cluster would have {too_big[0]}, more than corral's limit",
+                table=t,
+                index=g,
+                key="count" if "count" in group else "gpus",
+                expected=too_big[1],
+                got=f"{count:,} nodes of {gpus:,} GPUs"
+                + (f", after {first_index:,} nodes with {first_gpus:,} GPUs in earlier groups" if first_index else ""),
+            )
 
         if name is not None and prefix is not None:
             raise self.error(
@@ -807,10 +871,16 @@ def parse_cluster_toml(text: str, *, source: str = "<string>") -> Cluster:
     ``source`` names the file in errors. The cluster's name is the ``name`` key, else the file's stem.
     """
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = _TOML_LINE_RE.search(str(exc))
-        raise ClusterSpecError(f"TOML syntax error: {exc}", file=source, line=int(m.group(1)) if m else None) from exc
+        doc = parse_toml(text, file=source)
+    except TomlError as exc:
+        raise ClusterSpecError(
+            f"TOML syntax error: {exc.syntax}" if exc.syntax is not None else exc.message,
+            file=source,
+            line=exc.line,
+            column=exc.column,
+            expected=exc.expected,
+            got=exc.got,
+        ) from None
     default_name = Path(source).stem if source != "<string>" else "cluster"
     return _TomlReader(text, source).cluster(doc, default_name)
 
@@ -819,11 +889,15 @@ def load_cluster_file(path: str | Path) -> Cluster:
     """A cluster from a TOML file (format: docs/clusters.md)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ClusterSpecError("no such cluster file", file=str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         raise ClusterSpecError(f"cannot read the cluster file: {exc}", file=str(p)) from exc
+    try:
+        text = decode_toml(raw, file=str(p), what="cluster file")
+    except TomlError as exc:
+        raise ClusterSpecError(exc.message, file=exc.file, line=exc.line, expected=exc.expected, got=exc.got) from None
     return parse_cluster_toml(text, source=str(p))
 
 
@@ -848,6 +922,13 @@ def _accepted_forms() -> str:
     )
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte: no file
+        return False
+
+
 def load_cluster(spec: str) -> Cluster:
     """The cluster ``spec`` names: a preset, ``NxG``, ``NxG:TYPE``, or a path to a TOML file.
 
@@ -864,9 +945,9 @@ def load_cluster(spec: str) -> Cluster:
         raise ClusterSpecError(f"no Tiresias cluster spec named {text!r}", expected=_accepted_forms(), got=text)
     inline = _INLINE_RE.fullmatch(text)
     if inline is not None:
-        return _inline_cluster(text, int(inline.group(1)), int(inline.group(2)), inline.group(3))
+        return _inline_cluster(text, _inline_count(inline.group(1)), _inline_count(inline.group(2)), inline.group(3))
     path = Path(text)
-    if path.suffix.lower() == ".toml" or path.is_file() or "/" in text or "\\" in text:
+    if path.suffix.lower() == ".toml" or _is_file(path) or "/" in text or "\\" in text:
         return load_cluster_file(path)
     raise ClusterSpecError(f"unknown cluster {text!r}", expected=_accepted_forms(), got=text)
 

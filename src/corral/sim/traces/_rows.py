@@ -12,6 +12,12 @@ raise, because no row of such a file can be trusted.
 The parsers are written for speed on the common path (one ``float()``/``int()`` call and a comparison per
 cell) because the Philly trace has 82,000 rows and a synthetic CSV may have a million; the slow work of
 building a good message happens only when a cell is bad.
+
+Numbers are written with the ASCII digits 0-9. Python's ``int()`` and ``float()`` also read ``1_000`` and the
+digits of other scripts (full-width ``１２``, Arabic-Indic ``١٢``); a trace is data, not Python source, so
+such a cell is more likely damage than intent, and it is refused like any other bad number. Counts are bounded
+(:data:`MAX_JOB_GPUS`, :data:`MAX_BATCH_SIZE`) so that no cell can carry an integer too large for the float
+arithmetic of a replay.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from corral.core.errors import JobSpecError, TraceError
 from corral.core.job import JobSpec
+from corral.sim.clusters import MAX_GPUS
 
 if TYPE_CHECKING:
     from _csv import Reader as CsvReader  # typeshed's name for what csv.reader returns
@@ -42,6 +49,43 @@ _UNDECODABLE = "\ufffd"
 
 # How many example messages of skipped rows a note quotes: enough to show what went wrong, not a flood.
 _EXAMPLES = 3
+
+# A job cannot ask for more GPUs than any cluster corral builds has (sim.clusters.MAX_GPUS); an unbounded count
+# ("1e308" read as an integral float) would overflow the float arithmetic of the metrics.
+MAX_JOB_GPUS = MAX_GPUS
+# Far above any batch size used in training (tens of thousands of samples), far below what overflows the
+# performance model's float arithmetic (about 1e300).
+MAX_BATCH_SIZE = 1_000_000_000
+
+# How many column names a message lists before it says how many more there are: a header may be very wide.
+_NAMES_SHOWN = 12
+
+
+def gpus_form(minimum: int) -> str:
+    """The expected form of a GPU count: what a reader passes as ``what`` with ``maximum=MAX_JOB_GPUS``."""
+    return f"an integer >= {minimum} (at most {MAX_JOB_GPUS:,}: no cluster has more GPUs)"
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ",".join(names[:_NAMES_SHOWN])
+    return shown + (f",... ({len(names) - _NAMES_SHOWN:,} more)" if len(names) > _NAMES_SHOWN else "")
+
+
+def _odd_number_form(value: str) -> bool:
+    """Whether ``value`` holds a form that int()/float() read but a trace should not: "_" or non-ASCII."""
+    return "_" in value or not value.isascii()
+
+
+def _looks_numeric(value: str) -> bool:
+    """Whether a refused cell was refused for its number form alone, so the message should say how to write it:
+    Python reads it as a number, or it has other scripts' digits (a timestamp written with them)."""
+    if not _odd_number_form(value):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return any(c.isdigit() and not c.isascii() for c in value)
+    return True
 
 
 class BadRow(TraceError):
@@ -112,6 +156,8 @@ class CsvRows:
             self._fh = open(self.file, newline="", encoding="utf-8-sig", errors="replace")
         except OSError as err:
             raise TraceError(f"cannot open the {self.fmt} trace: {err.strerror or err}", file=self.file) from None
+        except ValueError as err:  # a NUL byte in the name
+            raise TraceError(f"cannot open the {self.fmt} trace: {err}", file=self.file) from None
         reader = csv.reader(self._fh)
         self._reader = reader
         try:
@@ -197,13 +243,24 @@ class CsvRows:
             yield i, row
 
     def _wrong_width(self, row: list[str], width: int) -> None:
-        column = self.header[len(row)] if len(row) < width else None
+        found = len(row)
+        if found < width:
+            # The fields present fill the first columns, so the missing ones are the last: name both.
+            column: str | None = self.header[found]
+            why = (
+                f"it fills columns {_names(self.header[:found])} and lacks {_names(self.header[found:])}"
+                " (a missing field?)"
+            )
+        else:
+            column = None
+            extra = found - width
+            why = f"{extra} field{'s' if extra > 1 else ''} beyond the last column, {self.header[-1]}"
+            why += " (an unquoted comma?)"
         raise self.bad(
-            f"the row has {len(row)} fields but the header has {width}"
-            + (" (a missing field?)" if len(row) < width else " (an unquoted comma?)"),
+            f"the row has {found} field{'s' if found != 1 else ''} but the header has {width} columns: {why}",
             reason="wrong number of fields",
             column=column,
-            expected=f"{width} comma-separated fields, as in the header",
+            expected=f"{width} comma-separated fields, as in the header: {_names(self.header)}",
             got=",".join(row),
         )
 
@@ -309,13 +366,15 @@ class CsvRows:
         except ValueError:
             x = math.nan
         # One comparison catches negatives and NaN (NaN compares False); inf is caught by the second.
-        if not (0.0 <= x < math.inf):
+        if not (0.0 <= x < math.inf) or _odd_number_form(value):
             raise self._invalid(value, column, field, what)
         return x
 
     def _invalid(self, value: str, column: str, field: str | None, what: str, verb: str = "invalid") -> BadRow:
         """The error for a cell that is empty or does not hold ``what`` ("invalid", "unknown" ... ``column``)."""
         kind = "missing" if not value.strip() else "bad"
+        if _looks_numeric(value):
+            what += ", written with the digits 0-9 (no '_' between digits, no other scripts' digits)"
         return self.bad(
             f"{'empty' if kind == 'missing' else verb} {column}",
             reason=self._reason(kind, column, field),
@@ -349,7 +408,7 @@ class CsvRows:
                     x = math.nan
                 if math.isfinite(x) and x.is_integer():
                     n = int(x)
-        if n is None or n < minimum or (maximum is not None and n > maximum):
+        if n is None or n < minimum or (maximum is not None and n > maximum) or _odd_number_form(value):
             if what is None:
                 what = f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum}"
             raise self._invalid(value, column, field, what)
@@ -381,14 +440,26 @@ class CsvRows:
         """
         value = row[i].strip()
         try:
-            if exact_length is not None and len(value) != exact_length:
+            # strptime's %Y and friends read other scripts' digits too; fromisoformat does not, and the check
+            # is cheap.
+            if (exact_length is not None and len(value) != exact_length) or not value.isascii():
                 raise ValueError(value)
             dt = datetime.fromisoformat(value) if time_format is None else datetime.strptime(value, time_format)
-        except ValueError:
+        except (ValueError, OverflowError):
             expected = what if time_format is None else f"a timestamp in the form {time_format!r}"
             raise self._invalid(row[i], column, field, expected, verb="unparseable") from None
         if dt.tzinfo is not None:
-            dt = dt.astimezone(UTC).replace(tzinfo=None)
+            try:
+                dt = dt.astimezone(UTC).replace(tzinfo=None)
+            except OverflowError:
+                # 0001-01-01T00:00:00+01:00 is a valid timestamp whose time in UTC falls before year 1.
+                raise self.bad(
+                    f"{column} is out of range: in UTC it falls outside the years 1 to 9999",
+                    reason=self._reason("bad", column, field),
+                    column=column,
+                    expected="a time from 0001-01-01 to 9999-12-31 in UTC",
+                    got=row[i],
+                ) from None
         return (dt - _EPOCH).total_seconds()
 
 

@@ -5,11 +5,12 @@ The mapping goes from corral's field to the file's header name, as the CLI's
 string into the mapping). Fields:
 
 - required: ``id`` (unique job id), ``submit``, ``duration`` (seconds, a number >= 0), ``gpus`` (an integer
-  >= 1; "4.0" is accepted too, as pandas writes integer columns that had a gap);
+  >= 1, at most 1,000,000, the most GPUs a cluster may have; "4.0" is accepted too, as pandas writes integer
+  columns that had a gap). Numbers are written with the digits 0-9 (no ``1_000``, no other scripts' digits);
 - optional: ``tenant`` (empty: "default"), ``model`` (empty: None), ``gpu_milli`` (share of one GPU, 1..1000;
   empty: 1000), ``job_class`` ("guaranteed" or "opportunistic", any case; empty: guaranteed), ``batch_size``
-  (the mini-batch size the job starts with, an integer >= 1; empty: its model's reference batch size, the one
-  its duration counts at: see ``docs/simulator.md``, "Batch size").
+  (the mini-batch size the job starts with, an integer >= 1, at most 1,000,000,000; empty: its model's
+  reference batch size, the one its duration counts at: see ``docs/simulator.md``, "Batch size").
 
 ``submit`` is either seconds or a wall-clock time, decided by the first row whose value parses: a number means
 seconds, used as they are (they must be >= 0); anything else is a timestamp (ISO 8601, e.g. ``2017-10-09
@@ -25,7 +26,16 @@ from collections.abc import Mapping
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
 from corral.sim.trace import Trace
-from corral.sim.traces._rows import BadRow, CsvRows, IdRegistry, PathArg, sort_by_submit
+from corral.sim.traces._rows import (
+    MAX_BATCH_SIZE,
+    MAX_JOB_GPUS,
+    BadRow,
+    CsvRows,
+    IdRegistry,
+    PathArg,
+    gpus_form,
+    sort_by_submit,
+)
 
 REQUIRED_FIELDS = ("id", "submit", "duration", "gpus")
 OPTIONAL_FIELDS = ("tenant", "model", "gpu_milli", "job_class", "batch_size")
@@ -133,7 +143,16 @@ def read_csv(
                     if mode is None:
                         mode, mode_line = "timestamp", rows.line
                 duration = rows.seconds(row, i_dur, c_dur, field="duration")
-                gpus = rows.integer(row, i_gpus, c_gpus, field="gpus", minimum=1, integral_floats=True)
+                gpus = rows.integer(
+                    row,
+                    i_gpus,
+                    c_gpus,
+                    field="gpus",
+                    minimum=1,
+                    maximum=MAX_JOB_GPUS,
+                    integral_floats=True,
+                    what=gpus_form(1),
+                )
                 # --- optional fields
                 tenant = rows.optional_text(row, i_tenant, c_tenant, field="tenant") or "default"
                 model = rows.optional_text(row, i_model, c_model, field="model") or None
@@ -170,7 +189,16 @@ def read_csv(
                     job_class = _CLASSES[name]
                 batch = None
                 if i_batch is not None and row[i_batch].strip():
-                    batch = rows.integer(row, i_batch, c_batch, field="batch_size", minimum=1, integral_floats=True)
+                    batch = rows.integer(
+                        row,
+                        i_batch,
+                        c_batch,
+                        field="batch_size",
+                        minimum=1,
+                        maximum=MAX_BATCH_SIZE,
+                        integral_floats=True,
+                        what=f"an integer >= 1 (at most {MAX_BATCH_SIZE:,})",
+                    )
                 ids.claim(rows, job_id, c_id)  # last, so a row rejected for another reason keeps no id
             except BadRow as err:
                 rows.skip(err)

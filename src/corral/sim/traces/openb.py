@@ -39,7 +39,7 @@ from typing import Literal
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
 from corral.sim.trace import Trace
-from corral.sim.traces._rows import BadRow, CsvRows, IdRegistry, PathArg, sort_by_submit
+from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
 
 PendingMode = Literal["drop", "wait"]
 
@@ -184,7 +184,7 @@ def _parse(
 ) -> _Pod:
     """Check every cell of one pod row, including the ones that only make sense together."""
     name = rows.text(row, i_name, "name", field="id", what="a pod name")
-    gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=0)
+    gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=0, maximum=MAX_JOB_GPUS, what=gpus_form(0))
     milli = rows.integer(row, i_milli, "gpu_milli", minimum=0, maximum=FULL_GPU_MILLI)
     if gpus >= 1 and milli == 0:
         raise rows.bad(

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
 from corral.sim.trace import Trace
-from corral.sim.traces._rows import BadRow, CsvRows, PathArg, sort_by_submit
+from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, PathArg, gpus_form, sort_by_submit
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 OPTIONAL = ("gpu_time",)
@@ -40,7 +40,7 @@ def read_philly(path: PathArg, *, skip_invalid: bool = False) -> Trace:
             try:
                 ts = rows.timestamp(row, i_ts, "timestamp", field="submit", exact_length=19, what=TIMESTAMP_FORM)
                 duration = rows.seconds(row, i_dur, "duration")
-                gpus = rows.integer(row, i_gpus, "num_gpus", minimum=1)
+                gpus = rows.integer(row, i_gpus, "num_gpus", minimum=1, maximum=MAX_JOB_GPUS, what=gpus_form(1))
                 vc = rows.text(row, i_vc, "cluster", what="a virtual cluster name")
             except BadRow as err:
                 rows.skip(err)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
 from corral.sim.trace import Trace
-from corral.sim.traces._rows import BadRow, CsvRows, IdRegistry, PathArg, sort_by_submit
+from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "model_name", "duration")
 OPTIONAL = ("iterations", "interval")
@@ -29,7 +29,9 @@ def read_tiresias(path: PathArg, *, skip_invalid: bool = False) -> Trace:
         for _, row in rows:
             try:
                 job_id = rows.text(row, i_id, "job_id", field="id", what="a job id")
-                gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=1)
+                gpus = rows.integer(
+                    row, i_gpus, "num_gpu", field="gpus", minimum=1, maximum=MAX_JOB_GPUS, what=gpus_form(1)
+                )
                 submit = rows.seconds(row, i_submit, "submit_time", field="submit")
                 duration = rows.seconds(row, i_dur, "duration")
                 model = rows.optional_text(row, i_model, "model_name", field="model") or None
