@@ -1021,7 +1021,7 @@ def run_loop(cfg: Settings) -> dict[str, Any]:
                 if isinstance(r, ProcessExited):
                     exited[r.job_id] = r
                     if r.exit_code != 0:
-                        log = cfg.work / "agent" / "logs" / f"{r.job_id}.log"
+                        log = agent_ref[0].log_path(r.job_id)
                         raise SystemExit(f"job {r.job_id} ended: {r.detail or r.exit_code}\n{_tail(log)}")
                     if r.job_id == OPPORTUNISTIC:
                         loop.guest_gone()
@@ -1044,6 +1044,7 @@ def run_loop(cfg: Settings) -> dict[str, Any]:
                 (cfg.gpu,),
                 1000,
                 loop.reserved_mib,
+                tenant="bench",
             )
         )
         limit = cfg.baseline_s + cfg.coordinated_s + (120 if cfg.smoke else 300)
@@ -1059,6 +1060,7 @@ def run_loop(cfg: Settings) -> dict[str, Any]:
                 (cfg.gpu,),
                 share,
                 cap,
+                tenant="bench",
             )
         )
         pump(lambda: OPPORTUNISTIC in exited, limit)

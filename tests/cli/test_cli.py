@@ -222,3 +222,47 @@ def test_bad_tenant_options_are_clean_errors(tmp_path: Path, args: list[str], me
                        "--no-progress")  # fmt: skip
     assert code == 2, out
     assert "error:" in out and message in " ".join(out.split())
+
+
+DEEP_TOML = "name = 'x'\nnodes = " + "[" * 500 + "]" * 500 + "\n"  # tomllib alone raises RecursionError on it
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("cluster", "{path}"),
+        ("simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "{path}", "--no-progress"),
+        ("serve", "--config", "{path}", "--gpus", "1", "--state-dir", "{state}"),
+        ("submit", "--file", "{path}"),
+    ],
+    ids=["cluster", "simulate", "serve", "submit"],
+)
+def test_toml_nested_500_deep_is_a_located_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(DEEP_TOML)
+    code, out = invoke(*(a.format(path=path, state=tmp_path / "state") for a in args))
+    text = " ".join(out.split())
+    assert code == 2, out
+    assert f"error: {path}:2: arrays and inline tables nested more than 64 deep" in text
+    assert "Traceback" not in out and "RecursionError" not in out
+
+
+def test_cluster_with_a_huge_count_is_a_located_error(tmp_path: Path) -> None:
+    path = tmp_path / "big.toml"
+    path.write_text('[[nodes]]\ngpu_type = "T4"\ngpus = 8\ncount = 100000000\n')
+    code, out = invoke("cluster", str(path))
+    assert code == 2, out
+    text = " ".join(out.split())
+    assert f"{path}:4: out of range; column 'nodes[0].count'" in text
+    assert "at most 200,000 (corral's limit on nodes in a cluster)" in text
+
+
+def test_trace_with_an_offset_timestamp_off_the_calendar(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,ts,dur,n\na,2024-01-01T00:00:00Z,5,1\nb,0001-01-01T00:00:00+01:00,5,1\n")
+    code, out = invoke(
+        "simulate", "--trace", str(trace), "--format", "csv", "--columns", "id=id,submit=ts,duration=dur,gpus=n",
+        "--cluster", "2x8", "--no-progress",
+    )  # fmt: skip
+    assert code == 2, out
+    assert f"{trace}:3: ts is out of range" in " ".join(out.split())

@@ -1,10 +1,12 @@
-"""The live commands against a real ``corral serve`` subprocess (two stand-in GPUs, two tenants): submit, jobs,
-job, logs (and ``-f``), cancel, cluster, tenants, and the one-line errors; ``serve`` itself: its banner, its
-files, a clean stop on a signal, and its refusals."""
+"""The live commands against a real ``corral serve`` subprocess (two stand-in GPUs, two tenants): submit, jobs
+(a page at a time), job, logs (and ``-f``), cancel, cluster, tenants, and the one-line errors; user text shown
+with its control characters made visible; ``serve`` itself: its banner, its files, a clean stop on a signal, and
+its refusals."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import corral.cli.live as live_cli
+from corral.cli.live import visible
 from corral.cli.main import cli
 from live_server import Server, free_port, start_server, stop_server
 
@@ -139,7 +142,7 @@ def test_submit_jobs_job_logs(server: Server) -> None:
                     "import os; print('hello', os.environ['WHO'])", token=ALICE)  # fmt: skip
     assert code == 0, out
     job_id = out.splitlines()[0]
-    assert job_id.isdigit()
+    assert re.fullmatch(r"[a-z2-9]{8}", job_id)  # opaque, not a global counter (it used to be: isdigit())
     wait_phase(server, job_id, "finished")
     code, out = run(server, "logs", job_id, token=ALICE)
     assert code == 0 and "hello world" in out
@@ -154,8 +157,9 @@ def test_submit_jobs_job_logs(server: Server) -> None:
     # Bob does not see it; the admin (the state dir's token) does.
     code, out = run(server, "job", job_id, token=BOB)
     assert code == 2 and f"error: no job '{job_id}'" in out
-    code, out = run(server, "jobs", "--all", "--json")
-    assert code == 0 and job_id in [j["job_id"] for j in json.loads(out)]
+    code, out = run(server, "jobs", "--all", "--json")  # the server's answer: a page
+    page = json.loads(out)
+    assert code == 0 and job_id in [j["job_id"] for j in page["jobs"]] and page["total"] >= 1
 
 
 def test_submit_from_a_job_file(server: Server, tmp_path: Path) -> None:
@@ -190,8 +194,8 @@ def test_cancel_a_running_job(server: Server) -> None:
     wait_phase(server, job_id, "running")
     code, out = run(server, "cluster", token=ALICE)
     assert code == 0 and f"{job_id} (alice, 1)" in out
-    code, out = run(server, "cluster", token=BOB)  # another tenant's job: its share, not its name
-    assert code == 0 and "? (other tenant, 1)" in out and f"{job_id} (alice" not in out
+    code, out = run(server, "cluster", token=BOB)  # another tenant's job: that its GPU is busy, nothing more
+    assert code == 0 and "busy (another tenant's)" in out and job_id not in out and "alice" not in out
     code, out = run(server, "cancel", job_id, token=BOB)
     assert code == 2 and f"error: no job '{job_id}'" in out
     code, out = run(server, "cancel", job_id, token=ALICE)
@@ -242,3 +246,71 @@ def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
         assert "Traceback" not in out
     code, out = run(server, "submit", "--env", "NOEQUALS", "--", "true", token=ALICE)
     assert code == 2 and "KEY=VALUE" in out
+
+
+# -- user text on the terminal --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("plain name", "plain name"),
+        ("é € 😀 漢字 a\u00a0b c\u3000d", "é € 😀 漢字 a\u00a0b c\u3000d"),  # every script's letters and spaces
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),  # colours
+        ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),  # the terminal's title
+        ("a\nb\rc\td", "a\\nb\\rc\\td"),
+        ("\x9b2J\x7f\x00", "\\x9b2J\\x7f\\x00"),  # C1 CSI, DEL, NUL
+        ("abc\u202edcba\u2066x\u2069", "abc\\u202edcba\\u2066x\\u2069"),  # bidirectional overrides
+        ("zero\u200bwidth\u2028line", "zero\\u200bwidth\\u2028line"),
+        ("\U000e0041tag", "\\U000e0041tag"),  # a tag character (format, outside the BMP)
+    ],
+)
+def test_control_characters_are_made_visible(text: str, shown: str) -> None:
+    assert visible(text) == shown
+
+
+def test_user_text_is_shown_not_obeyed(server: Server) -> None:
+    name = "\x1b[2J\x1b]0;pwned\x07evil\u202eeman"
+    code, out = run(server, "submit", "--name", name, "--env", "X=\x1b[31mred", "--", PY, "-c",
+                    "print('\\x1b[1mbold from the job')", "\x1b[5m", token=BOB)  # fmt: skip
+    assert code == 0, out
+    job_id = out.splitlines()[0]
+    wait_phase(server, job_id, "finished")
+    for args in (("jobs", "--all"), ("job", job_id)):
+        code, out = run(server, *args, token=BOB)
+        assert code == 0, out
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, repr(out)
+        assert "\\x1b[2J\\x1b]0;pwned\\x07evil\\u202eeman" in out, out
+    code, out = run(server, "job", job_id, token=BOB)
+    assert "X=\\x1b[31mred" in out and "\\x1b[5m" in out
+    # The log is the job's own output, printed as it wrote it (docs/live.md says so).
+    code, out = run(server, "logs", job_id, token=BOB)
+    assert code == 0 and "\x1b[1mbold from the job" in out
+
+
+def test_jobs_shows_a_page_and_the_way_to_the_next(server: Server) -> None:
+    ids = []
+    for i in range(3):
+        code, out = run(server, "submit", "--name", f"paged-{i}", "--", PY, "-c", "pass", token=ALICE)
+        assert code == 0, out
+        ids.append(out.splitlines()[0])
+    for job_id in ids:
+        wait_phase(server, job_id, "finished")
+    code, out = run(server, "jobs", "--all", "--json", token=ALICE)
+    every = [j["job_id"] for j in json.loads(out)["jobs"]]
+    assert every[-3:] == ids
+
+    code, out = run(server, "jobs", "--all", "--limit", "1", token=ALICE)
+    assert code == 0, out
+    assert f"all jobs: 1 of {len(every)}" in out and every[0] in out
+    cursor = re.search(r"--cursor (\S+)", out)
+    assert cursor is not None, out
+    code, out = run(server, "jobs", "--all", "--limit", "1", "--cursor", cursor[1], token=ALICE)
+    assert code == 0 and every[1] in out and every[0] not in out, out
+
+    code, out = run(server, "jobs", "--all", "--newest", "--limit", "2", "--json", token=ALICE)
+    page = json.loads(out)
+    assert [j["job_id"] for j in page["jobs"]] == [ids[2], ids[1]] and page["total"] == len(every)
+    code, out = run(server, "jobs", "--all", "--limit", str(len(every)), token=ALICE)
+    assert re.search(rf"all jobs: {len(every)}(?! of)\b", out), out
+    assert "--cursor" not in out
+    code, out = run(server, "jobs", "--cursor", "not-a-cursor", token=ALICE)
+    assert code == 2 and "error: query parameter 'cursor': not a cursor this server gave" in out

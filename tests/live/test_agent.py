@@ -44,6 +44,7 @@ PRINT_ENV = r"""
 import json, os
 names = [n for n in os.environ if n.startswith("CORRAL_") or n.startswith("CUDA_") or n == "USER_VAR"]
 print("ENV " + json.dumps({n: os.environ[n] for n in names}), flush=True)
+print("ALLENV " + json.dumps(dict(os.environ)), flush=True)
 """
 
 # Traps SIGTERM like a checkpointing script that does not use corral.job; argv: a folder, seconds to "save".
@@ -77,6 +78,7 @@ sys.exit(int(sys.argv[2]))
 """
 
 # Speaks the contract over the agent's socket. argv[1]: "good" or "garbage" (sends a non-JSON line after hello).
+# The hello carries the run's secret from the environment, as corral.job's channel does.
 CHANNEL_JOB = r"""
 import os, socket, sys
 from corral.core import contract
@@ -84,7 +86,7 @@ job, run = os.environ["CORRAL_JOB_ID"], int(os.environ["CORRAL_RUN"])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(os.environ["CORRAL_AGENT_SOCKET"])
 send = lambda m: s.sendall(contract.encode(m))
-send(contract.Hello(job, run, os.getpid()))
+send(contract.Hello(job, run, os.getpid(), os.environ["CORRAL_RUN_SECRET"]))
 if sys.argv[1] == "garbage":
     s.sendall(b"{this is not json\n")
 send(contract.StepReport(job, run, step=1, steps=1, step_time_s=0.25, busy_s=0.2, mem_peak_mib=0))
@@ -177,6 +179,7 @@ def req(job_id: str, *command: str, run: int = 1, gpus: tuple[int, ...] = (0,), 
         cwd=kw.pop("cwd", "/"),
         env=kw.pop("env", {}),
         gpus=gpus,
+        tenant=kw.pop("tenant", "lab"),
         grace_s=kw.pop("grace_s", 10.0),
         **kw,
     )
@@ -245,6 +248,9 @@ def test_launch_sets_the_contract_environment_and_logs_runs(started: tuple[Agent
     assert rec.index(st) < rec.index(ex)
     assert (ex.exit_code, ex.signal, ex.requested) == (0, None, None)
     env = env_printed(agent.log_path("7"))
+    secret = env.pop("CORRAL_RUN_SECRET")
+    assert len(secret) == 64 and int(secret, 16) >= 0  # 32 random bytes as hex
+    assert (agent.run_dir("7", 1) / "secret").read_text().strip() == secret
     assert env == {
         "CORRAL_JOB_ID": "7",
         "CORRAL_RUN": "1",
@@ -272,6 +278,39 @@ def test_launch_sets_the_contract_environment_and_logs_runs(started: tuple[Agent
         ["run", "2", "ended"],
     ]
     assert "CORRAL_GPU_MEM_MIB" not in env_printed_last(agent.log_path("7"))
+    assert env_printed_last(agent.log_path("7"))["CORRAL_RUN_SECRET"] != secret  # each run its own
+
+
+def test_a_job_gets_none_of_the_servers_environment_but_the_allow_list(
+    started: tuple[Agent, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokens and settings in the server's environment (token_env variables, the admin token, anything else)
+    never reach a job; the documented allow-list, the user's identity, the request's env and the contract do."""
+    agent, rec = started
+    monkeypatch.setenv("CORRAL_TOKEN_VISION", "tenant-token-0123456789")
+    monkeypatch.setenv("CORRAL_ADMIN_TOKEN", "admin-token-0123456789")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "cloud-secret")
+    monkeypatch.setenv("PYTHONPATH", "/server/only")
+    monkeypatch.setenv("LC_MESSAGES", "C")
+    monkeypatch.setenv("TZ", "UTC")
+    agent.launch(req("envjob", PY, "-c", PRINT_ENV, env={"USER_VAR": "x", "TZ": "Europe/Paris"}))
+    assert rec.wait(ProcessExited, "envjob").exit_code == 0
+    line = next(x for x in agent.log_path("envjob").read_text().splitlines() if x.startswith("ALLENV "))
+    env = json.loads(line[len("ALLENV ") :])
+    for name in ("CORRAL_TOKEN_VISION", "CORRAL_ADMIN_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH"):
+        assert name not in env
+    planted = ("tenant-token-0123456789", "admin-token-0123456789", "cloud-secret", "/server/only")
+    assert not any(p in value for value in env.values() for p in planted)
+    assert env["PATH"] == os.environ["PATH"] and env["LC_MESSAGES"] == "C"
+    assert env["TZ"] == "Europe/Paris"  # the request's env wins over the server's
+    assert env["USER_VAR"] == "x"
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    assert (env["USER"], env["LOGNAME"], env["HOME"]) == (me.pw_name, me.pw_name, me.pw_dir)
+    allowed = {*contract.PASSED_ENV, *contract.USER_ENV, *contract.ALL_ENV, "USER_VAR", "CUDA_VISIBLE_DEVICES"}
+    # (Python itself may add LC_CTYPE when it coerces a C locale, PEP 538: an LC_ variable, allowed.)
+    assert {n for n in env if not n.startswith(contract.PASSED_ENV_PREFIXES)} <= allowed, env
 
 
 def env_printed_last(log: Path) -> dict[str, str]:
@@ -465,15 +504,141 @@ def test_bad_channel_input_is_dropped(started: tuple[Agent, Recorder], caplog: p
             s.connect(str(agent.socket_path))
             s.sendall(data)
             _assert_closed_by_agent(s)
-    # a connected job that then sends garbage is dropped with a warning that names it, and keeps running
+    # a connected job that then sends garbage: the bad line is dropped and counted against its run, with a warning
+    # that names it; the job stays connected and its next (good) report goes through
     agent.launch(req("g", PY, "-c", CHANNEL_JOB, "garbage"))
     rec.wait(JobSaid, "g", pred=lambda r: isinstance(r.message, contract.Hello))
-    assert rec.wait(ProcessExited, "g").exit_code == 1  # the script exits when the agent hangs up
+    assert rec.wait(JobReported, "g").report.step == 1
+    assert agent.bad_messages("g", 1) == 1
     assert any("job 'g' run 1" in r.getMessage() and "not JSON" in r.getMessage() for r in caplog.records)
-    assert not any(isinstance(r, JobReported) for r in rec.of("g"))
+    assert agent.send("g", 1, contract.SetBatchSize(8))  # still connected
+    assert rec.wait(JobReported, "g", pred=lambda r: r.report.batch_size == 8).report.step == 2
+    agent.cancel("g", 1)
+    rec.wait(ProcessExited, "g")
     # and the agent still works
     agent.launch(req("after", PY, "-c", "pass"))
     assert rec.wait(ProcessExited, "after").exit_code == 0
+
+
+# Sends a hello, then argv[1] copies of each bad line below (wrong types, out of range, not JSON), then one good
+# report; then waits to be stopped.
+BAD_FLOOD = r"""
+import json, os, socket, sys, time
+from corral.core import contract
+job, run = os.environ["CORRAL_JOB_ID"], int(os.environ["CORRAL_RUN"])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["CORRAL_AGENT_SOCKET"])
+s.sendall(contract.encode(contract.Hello(job, run, os.getpid(), os.environ["CORRAL_RUN_SECRET"])))
+good = dict(type="step", job_id=job, run=run, step=1, steps=1, step_time_s=0.5, busy_s=0.25, mem_peak_mib=10)
+bad = [
+    dict(good, step_time_s="slow"),
+    dict(good, mem_peak_mib=True),
+    dict(good, busy_s=-1.0),
+    dict(good, step=2**80),
+    dict(good, mem_mode="x" * 5000),
+    dict(good, job_id="someone-else"),
+]
+lines = [json.dumps(b).encode() + b"\n" for b in bad] + [b"NaN\n", b'{"type": "step", "steps": []}\n']
+try:
+    for _ in range(int(sys.argv[1])):
+        for line in lines:
+            s.sendall(line)
+    s.sendall(json.dumps(good).encode() + b"\n")
+except OSError:  # disconnected by the agent
+    pass
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_bad_messages_are_dropped_and_counted(
+    started: tuple[Agent, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Wrongly typed or out-of-range fields never reach the controller; each bad message is counted against its
+    run, logged at most once per 10 s, and the run stays connected below the limit."""
+    agent, rec = started
+    caplog.set_level(logging.WARNING, logger="corral.live.agent")
+    agent.launch(req("few", PY, "-c", BAD_FLOOD, "1", grace_s=1.0))
+    report = rec.wait(JobReported, "few").report
+    assert (report.step, report.step_time_s, report.mem_peak_mib) == (1, 0.5, 10)
+    assert agent.bad_messages("few", 1) == 8
+    assert len([r for r in rec.of("few") if isinstance(r, JobReported)]) == 1
+    complaints = [r.getMessage() for r in caplog.records if "job 'few' run 1 sent a bad message" in r.getMessage()]
+    assert len(complaints) == 1 and "step_time_s" in complaints[0]  # the first, named; the rest held back
+    assert agent.send("few", 1, contract.SetLimits(gpu_milli=500))  # still connected
+    agent.cancel("few", 1)
+    rec.wait(ProcessExited, "few")
+
+
+def test_a_run_that_keeps_sending_bad_messages_is_disconnected(started: tuple[Agent, Recorder]) -> None:
+    agent, rec = started
+    agent.launch(req("flood", PY, "-c", BAD_FLOOD, "50", grace_s=0.5))  # 400 bad messages
+    rec.wait(JobSaid, "flood", pred=lambda r: isinstance(r.message, contract.Hello))
+    wait_until(lambda: agent.bad_messages("flood", 1) > contract.MAX_BAD_MESSAGES, "the run to be cut off")
+    time.sleep(0.2)
+    assert agent.bad_messages("flood", 1) == contract.MAX_BAD_MESSAGES + 1  # nothing read after the cut
+    assert not any(isinstance(r, JobReported) for r in rec.of("flood"))
+    assert not agent.send("flood", 1, contract.SetLimits(gpu_milli=500))
+    assert "disconnected from the agent for good" in agent.log_path("flood").read_text()
+    # it cannot come back: a new hello with the right secret is refused too
+    secret = (agent.run_dir("flood", 1) / "secret").read_text().strip()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(agent.socket_path))
+        s.sendall(contract.encode(contract.Hello("flood", 1, os.getpid(), secret)))
+        _assert_closed_by_agent(s)
+    # the job still runs, and is stopped by signal
+    assert agent.processes() == [("flood", 1)]
+    agent.cancel("flood", 1)
+    ex = rec.wait(ProcessExited, "flood")
+    assert ex.requested == "cancel"
+
+
+def test_a_hello_must_carry_the_runs_secret(started: tuple[Agent, Recorder], caplog: pytest.LogCaptureFixture) -> None:
+    """Another process naming a running job's run, without its secret, is dropped and logged; it receives none
+    of the run's directives and cannot speak for it, and the real job stays connected."""
+    agent, rec = started
+    caplog.set_level(logging.WARNING, logger="corral.live.agent")
+    agent.launch(req("victim", PY, "-c", CHANNEL_JOB, "good"))
+    rec.wait(JobReported, "victim")
+    for secret in ("", "0" * 64, "not even hex"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(agent.socket_path))
+            forged = contract.StepReport("victim", 1, 99, 1, 9.0, 9.0, 12345)
+            s.sendall(contract.encode(contract.Hello("victim", 1, os.getpid(), secret)) + contract.encode(forged))
+            _assert_closed_by_agent(s)
+    assert agent.bad_messages("victim", 1) == 0  # impostors do not count against the run they name
+    assert any("refused a hello as job 'victim' run 1" in r.getMessage() for r in caplog.records)
+    assert not any(isinstance(r, JobReported) and r.report.step == 99 for r in rec.of("victim"))
+    hellos = [r for r in rec.of("victim") if isinstance(r, JobSaid) and isinstance(r.message, contract.Hello)]
+    assert len(hellos) == 1
+    assert agent.send("victim", 1, contract.SetBatchSize(16))  # the real job still holds the channel
+    assert rec.wait(JobReported, "victim", pred=lambda r: r.report.batch_size == 16).report.step == 2
+    agent.cancel("victim", 1)
+    rec.wait(ProcessExited, "victim")
+
+
+def test_state_files_are_private_also_in_an_existing_state_dir(node: Node) -> None:
+    sd = node.state_dir
+    (sd / "logs").mkdir(parents=True)  # as an earlier corral left it, with the default umask's modes
+    os.chmod(sd, 0o755)
+    (sd / "corral.db").write_text("")
+    os.chmod(sd / "corral.db", 0o644)
+    (sd / "logs" / "old.log").write_text("x")
+    agent, rec = node.agent()
+    agent.launch(req("m", PY, "-c", "print('hi')"))
+    assert rec.wait(ProcessExited, "m").exit_code == 0
+    modes = {p: stat_mode(p) for p in [sd, *sd.rglob("*")]}
+    for path, mode in modes.items():
+        if path.is_dir():
+            assert mode == 0o700, (path, oct(mode))
+        elif path.parent != sd / "logs":  # (inside an earlier corral's logs dir, now 0700: unreachable)
+            assert mode == 0o600, (path, oct(mode))  # files, records, the socket
+    assert agent.log_path("m") == sd / "tenants" / "lab" / "logs" / "m.log"
+    assert agent.checkpoint_dir("m") == sd / "tenants" / "lab" / "checkpoints" / "m"
+
+
+def stat_mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o777
 
 
 # -- ordering -------------------------------------------------------------------------------------------------
@@ -579,7 +744,7 @@ def test_job_ids_cannot_escape_the_state_dir(started: tuple[Agent, Recorder]) ->
     agent.launch(req("../../evil", PY, "-c", "print('hi')"))
     assert rec.wait(ProcessExited, "../../evil").exit_code == 0
     log = agent.log_path("../../evil")
-    assert log.parent == agent.state_dir / "logs" and "hi" in log.read_text()
+    assert log.parent == agent.state_dir / "tenants" / "lab" / "logs" and "hi" in log.read_text()
     assert agent.run_dir("../../evil", 1).parent.parent == agent.state_dir / "runs"
 
 

@@ -1,16 +1,19 @@
 """The HTTP API against a real controller with two stand-in GPUs and real job processes: a job's whole life,
-tenant isolation, every bad request refused with a clear message and nothing changed, the OpenAPI schema, and
-cancelling a running job."""
+tenant isolation (what a tenant sees: its own jobs, counts and ids only), paging the job list, every bad request
+refused with a clear message and nothing changed (strict Authorization, non-UTF-8 bodies, capped echoes), the
+OpenAPI schema (enums, declared responses, 405 with Allow), and cancelling a running job. Fuzzing (hypothesis and
+schemathesis) is in test_api_fuzz.py."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -18,8 +21,8 @@ with warnings.catch_warnings():  # newer Starlette nags about httpx; the client 
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from corral.core.job import JobPhase
-from corral.live.api import _utf8_cut, create_app
+from corral.core.job import JobClass, JobPhase
+from corral.live.api import MAX_ECHO_CHARS, _utf8_cut, create_app, encode_cursor
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
 from corral.live.records import BadRequest, ProcessPhase
@@ -232,12 +235,19 @@ def test_tenant_isolation(api: TestClient) -> None:
     assert api.get(f"/v1/jobs/{bid}", headers=ROOT).json()["tenant"] == "bob"
     assert "bob" in read_log(api, bid, ROOT)
 
-    # The cluster: bob sees alice's share, not her job.
-    gpus = api.get("/v1/cluster", headers=B).json()["gpus"]
-    on = [j for g in gpus for j in g["jobs"]]
-    assert on == [{"job_id": None, "tenant": None, "gpu_milli": 1000, "opportunistic": False}]
-    on = [j for g in api.get("/v1/cluster", headers=A).json()["gpus"] for j in g["jobs"]]
+    # The cluster: bob sees that a GPU is busy and how much of it is given out; not alice's job, its share or
+    # her counts (this asserted before that bob saw her job's share, which counted her running jobs).
+    bobs_view = api.get("/v1/cluster", headers=B).json()
+    assert [j for g in bobs_view["gpus"] for j in g["jobs"]] == []
+    busy = [g for g in bobs_view["gpus"] if g["busy"]]
+    assert len(busy) == 1 and busy[0]["allocated_milli"] == 1000
+    assert busy[0]["sm_util"] is None and busy[0]["mem_used_mib"] is None  # another tenant's telemetry
+    assert (bobs_view["running"], bobs_view["pending"]) == (0, 0)  # bob's own counts
+    alices_view = api.get("/v1/cluster", headers=A).json()
+    on = [j for g in alices_view["gpus"] for j in g["jobs"]]
     assert on == [{"job_id": mine["job_id"], "tenant": "alice", "gpu_milli": 1000, "opportunistic": False}]
+    assert alices_view["running"] == 1
+    assert api.get("/v1/cluster", headers=ROOT).json()["running"] == 1
     assert [t["name"] for t in api.get("/v1/tenants", headers=B).json()["tenants"]] == ["bob"]
     tenants = {t["name"]: t for t in api.get("/v1/tenants", headers=ROOT).json()["tenants"]}
     assert set(tenants) == {"alice", "bob"}
@@ -290,6 +300,13 @@ BAD: list[tuple[str, dict[str, str], Any, int, str]] = [
     ("an unknown token", auth("x" * 20), GOOD, 401, "unknown token"),
     ("no token", {}, GOOD, 401, "missing token"),
     ("another scheme", {"Authorization": f"Basic {ALICE}"}, GOOD, 401, "missing token"),
+    ("two spaces after Bearer", {"Authorization": f"Bearer  {ALICE}"}, GOOD, 401, "malformed Authorization"),
+    ("a space after the token", {"Authorization": f"Bearer {ALICE} "}, GOOD, 401, "malformed Authorization"),
+    ("Bearer and no token", {"Authorization": "Bearer"}, GOOD, 401, "malformed Authorization"),
+    ("Bearer and a space", {"Authorization": "Bearer "}, GOOD, 401, "malformed Authorization"),
+    ("a tab for the space", {"Authorization": f"Bearer\t{ALICE}"}, GOOD, 401, "missing token"),
+    ("a 10 KB cwd", A, {**GOOD, "cwd": "/" + "x" * 10_000}, 422, "field 'cwd': String should have at most 4096"),
+    ("a long relative cwd", A, {**GOOD, "cwd": "x" * 4000}, 422, "field 'cwd': cwd must be an absolute path"),
 ]
 
 
@@ -311,6 +328,61 @@ def test_malformed_json(api: TestClient, controller: Controller) -> None:
     r = api.post("/v1/jobs", content=b'{"command": [', headers={**A, "Content-Type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"].startswith("the body is not valid JSON"), r.text
     assert controller.jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "words"),
+    [
+        (b'{"command": ["\xff"]}', "application/json", "the body is not valid JSON (it is not UTF-8 text: byte 14)"),
+        (b'{"command": ["true"], "name": "\xc3"}', "application/json", "not UTF-8 text: byte 31"),
+        (b'{"command": ["true"]}', "text/plain", "the body must be a JSON object sent with `Content-Type: application"),
+        (b'{"command": ["true"]}', None, "the body must be a JSON object sent with `Content-Type: application"),
+        (b"command=true", "application/x-www-form-urlencoded", "the body must be a JSON object"),
+    ],
+)
+def test_bodies_that_are_not_json_are_422(
+    api: TestClient, controller: Controller, body: bytes, content_type: str | None, words: str
+) -> None:
+    # Before, bytes that were not UTF-8 got FastAPI's generic 400 ("There was an error parsing the body").
+    headers = dict(A) if content_type is None else {**A, "Content-Type": content_type}
+    r = api.post("/v1/jobs", content=body, headers=headers)
+    assert r.status_code == 422, r.text
+    assert words in r.json()["detail"]
+    assert controller.jobs() == []
+
+
+def test_authorization_must_be_one_header_of_the_exact_form(api: TestClient) -> None:
+    r = api.get("/v1/jobs", headers=[("Authorization", f"Bearer {ALICE}"), ("Authorization", f"Bearer {BOB}")])
+    assert r.status_code == 401 and "more than one Authorization header" in r.json()["detail"]
+    assert r.headers["www-authenticate"] == "Bearer"
+    r = api.get("/v1/jobs", headers=[("Authorization", f"Bearer {ALICE}"), ("Authorization", f"Bearer {ALICE}")])
+    assert r.status_code == 401  # even the same token twice
+    # The scheme's case is free (RFC 7235 §2.1): that is still the exact form.
+    assert api.get("/v1/jobs", headers={"Authorization": f"bearer {ALICE}"}).status_code == 200
+    assert api.get("/v1/jobs", headers={"Authorization": f"BEARER {ALICE}"}).status_code == 200
+
+
+def test_error_messages_quote_at_most_a_little_of_the_input(api: TestClient) -> None:
+    long = "q" * 10_000
+    cases = [
+        api.get(f"/v1/jobs/{long}", headers=A),
+        api.get(f"/v1/jobs/{long}/events", headers=ROOT),
+        api.post(f"/v1/jobs/{long}/cancel", headers=ROOT),
+        api.get("/v1/jobs", params={"tenant": long}, headers=ROOT),
+        api.get("/v1/jobs", params={"phase": long}, headers=ROOT),
+        api.get("/v1/jobs", params={"cursor": long}, headers=ROOT),
+        api.post("/v1/jobs", json={**GOOD, "env": {long + "=": "1"}}, headers=A),  # the controller's words
+        api.post("/v1/jobs", json={**GOOD, "cwd": "/" + "q" * 4000}, headers=A),
+        api.post("/v1/jobs", json={**GOOD, "name": long}, headers=A),
+        api.post("/v1/jobs", json={**GOOD, long: 1}, headers=A),
+        api.post("/v1/jobs", json={**GOOD, "tenant": long}, headers=A),
+    ]
+    for r in cases:
+        assert 400 <= r.status_code < 500, r.text[:300]
+        detail = r.json()["detail"]
+        assert "qqq" in detail or "field" in detail, detail[:300]  # it still says what was wrong
+        assert max((len(run) for run in re.findall("q+", detail)), default=0) <= MAX_ECHO_CHARS, detail[:300]
+        assert len(r.content) < 1000, r.text[:300]
 
 
 def test_oversize_bodies_are_refused_before_parsing(api: TestClient, controller: Controller) -> None:
@@ -386,6 +458,68 @@ def test_unexpected_errors_are_500_without_a_traceback(
     assert "secret internals" in caplog.text  # logged on the server's side
 
 
+# -- ids and pages ------------------------------------------------------------------------------------------------
+JOB_ID = re.compile(r"[abcdefghjkmnpqrstuvwxyz23456789]{8}")
+
+
+def test_job_ids_are_opaque(api: TestClient, controller: Controller) -> None:
+    # Before, ids were the global sequence 1, 2, 3...: alice's two ids told her how many jobs bob submitted between.
+    ids = [submit(api, A if i % 2 else B, command=[PY, "-c", "pass"])["job_id"] for i in range(6)]
+    assert all(JOB_ID.fullmatch(i) for i in ids), ids
+    assert len(set(ids)) == 6
+    assert not any(i.isdigit() for i in ids)
+    assert [r.job_id for r in controller.jobs()] == ids  # listed in submission order all the same
+    for i in ids:
+        wait_ended(api, i)
+
+
+def test_the_job_list_is_paged(api: TestClient, controller: Controller) -> None:
+    for i in range(7):
+        submit(api, A if i < 5 else B, command=[PY, "-c", "pass"], name=f"j{i}", opportunistic=True)
+    every = [r.job_id for r in controller.jobs()]
+    assert len(every) == 7
+
+    def pages(headers: dict[str, str], **params: Any) -> list[list[str]]:
+        out, cursor = [], None
+        while True:
+            query = {**params, **({"cursor": cursor} if cursor else {})}
+            r = api.get("/v1/jobs", params=query, headers=headers)
+            assert r.status_code == 200, r.text
+            page = r.json()
+            out.append([j["job_id"] for j in page["jobs"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return out
+
+    first = api.get("/v1/jobs", params={"limit": 3}, headers=ROOT).json()
+    assert first["total"] == 7 and len(first["jobs"]) == 3 and first["next_cursor"]
+    assert pages(ROOT, limit=3) == [every[0:3], every[3:6], every[6:7]]
+    assert pages(ROOT, limit=7) == [every]
+    assert pages(ROOT, limit=3, order="newest") == [every[6:3:-1], every[3:0:-1], every[0:1]]
+    # A tenant's pages and total hold its own jobs only.
+    alice = api.get("/v1/jobs", params={"limit": 2}, headers=A).json()
+    assert alice["total"] == 5
+    assert pages(A, limit=2) == [every[0:2], every[2:4], every[4:5]]
+    assert api.get("/v1/jobs", params={"limit": 2}, headers=B).json()["total"] == 2
+    assert api.get("/v1/jobs", params={"phase": "cancelled"}, headers=ROOT).json() == {
+        "jobs": [],
+        "total": 0,
+        "next_cursor": None,
+    }
+    # The default page size; the most a page holds.
+    assert len(api.get("/v1/jobs", headers=ROOT).json()["jobs"]) == 7
+    assert api.get("/v1/jobs", params={"limit": 1001}, headers=ROOT).status_code == 422
+
+    # A cursor is the server's: garbage, and a cursor at another tenant's job, are refused alike (nothing says
+    # whether that job exists); a cursor of the other order is refused too.
+    garbage = api.get("/v1/jobs", params={"cursor": "bm90LWEtam9i"}, headers=A)
+    theirs = api.get("/v1/jobs", params={"cursor": encode_cursor(every[6], False)}, headers=A)
+    assert garbage.status_code == theirs.status_code == 422
+    assert garbage.json() == theirs.json() == {"detail": "query parameter 'cursor': not a cursor this server gave"}
+    r = api.get("/v1/jobs", params={"cursor": first["next_cursor"], "order": "newest"}, headers=ROOT)
+    assert r.status_code == 422 and "another order" in r.json()["detail"]
+
+
 # -- the rest -----------------------------------------------------------------------------------------------------
 def test_health_needs_no_token(api: TestClient) -> None:
     r = api.get("/v1/health")
@@ -430,6 +564,58 @@ def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
     assert api.get("/docs").status_code == 200
 
+    # Phases are enums, in the answers and in the query.
+    models = schema["components"]["schemas"]
+    assert models["JobOut"]["properties"]["phase"]["enum"] == [p.value for p in JobPhase]
+    assert models["JobOut"]["properties"]["job_class"]["enum"] == [c.value for c in JobClass]
+    assert models["ProcessOut"]["properties"]["phase"]["enum"] == [p.value for p in ProcessPhase]
+    query = {q["name"]: q["schema"] for q in paths["/v1/jobs"]["get"]["parameters"]}
+    assert query["phase"]["anyOf"][0]["items"]["enum"] == [p.value for p in JobPhase]
+    assert query["order"]["enum"] == ["oldest", "newest"]
+    assert set(models["JobList"]["properties"]) == {"jobs", "total", "next_cursor"}
+
+    # Every error a route can give is declared, with corral's error body.
+    def declared(method: str, path: str) -> set[str]:
+        responses = paths[path][method]["responses"]
+        for code, response in responses.items():
+            if code.startswith("4") or code.startswith("5"):
+                assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorOut"}
+        return set(responses)
+
+    common = {"400", "401", "413", "503"}
+    assert declared("post", "/v1/jobs") == {"201", "403", "404", "422", *common}
+    assert declared("get", "/v1/jobs") == {"200", "403", "404", "422", *common}
+    for path in ("/v1/jobs/{job_id}", "/v1/jobs/{job_id}/events", "/v1/jobs/{job_id}/logs"):
+        assert declared("get", path) == {"200", "404", "422", *common}
+    assert declared("post", "/v1/jobs/{job_id}/cancel") == {"200", "404", "409", "422", *common}
+    assert declared("get", "/v1/cluster") == declared("get", "/v1/tenants") == {"200", *common}
+    assert declared("get", "/v1/health") == {"200", "400", "413"}
+
+
+def test_the_wire_literals_are_the_enums() -> None:
+    from corral.live import api as wire
+
+    assert list(get_args(wire.PhaseName)) == [p.value for p in JobPhase]
+    assert list(get_args(wire.ProcessPhaseName)) == [p.value for p in ProcessPhase]
+    assert list(get_args(wire.JobClassName)) == [c.value for c in JobClass]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/v1/jobs", "GET, POST"),  # two routes share the path: both methods
+        ("PUT", "/v1/jobs", "GET, POST"),
+        ("DELETE", "/v1/jobs/abc", "GET"),
+        ("GET", "/v1/jobs/abc/cancel", "POST"),
+        ("POST", "/v1/health", "GET"),
+        ("PATCH", "/v1/cluster", "GET"),
+    ],
+)
+def test_405_says_what_is_allowed(api: TestClient, method: str, path: str, allow: str) -> None:
+    r = api.request(method, path, headers=ROOT)
+    assert r.status_code == 405 and r.headers["allow"] == allow
+    assert r.json() == {"detail": "Method Not Allowed"}
+
 
 def test_the_client_shapes_match_the_api_models() -> None:
     from corral.live import api as wire
@@ -437,6 +623,7 @@ def test_the_client_shapes_match_the_api_models() -> None:
 
     pairs = [
         (client.JobJson, wire.JobOut),
+        (client.JobListJson, wire.JobList),
         (client.PlacementJson, wire.PlacementOut),
         (client.ProcessJson, wire.ProcessOut),
         (client.TelemetryJson, wire.TelemetryOut),

@@ -56,6 +56,7 @@ def test_a_good_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         TenantConfig("vision", 2, "vision-token-0123456789"),
         TenantConfig("nlp", None, "nlp-token-0123456789"),
     )
+    assert all(t.run_as is None for t in config.tenants)
     assert config.admin_token is None
     assert config.url == "http://127.0.0.1:9000"
 
@@ -129,6 +130,10 @@ BAD = [
      ["tenants[0].token_env", "$TEST_CORRAL_SHORT", "at least 16"]),
     ('[[tenants]]\nname = "a"\ntoken = "0123456789abcdef0"\ntoken_env = "X"\n', {}, ["tenants[0].token", "not both"]),
     ("tenants = []\n", {}, ["tenants", "one or more"]),
+    ('[[tenants]]\nname = "a"\nrun_as = 42\n', {}, ["tenants[0].run_as", "a non-empty string", "42"]),
+    ('[[tenants]]\nname = "a"\nrun_as = "no-such-user-corral"\n', {},
+     ["tenants[0].run_as", "no Unix user 'no-such-user-corral'", "useradd"]),
+    ('[[tenants]]\nname = "a"\nrun_as = "root"\n', {}, ["tenants[0].run_as", "must not run as root"]),
     ("[server\nport = 1\n", {}, ["not valid TOML"]),
 ]  # fmt: skip
 
@@ -172,6 +177,47 @@ def test_configs_built_in_code_are_checked_too(tmp_path: Path) -> None:
         ServeConfig(state_dir=tmp_path, tenants=(TenantConfig("a", -1),))
     with pytest.raises(InputError, match="the same token"):
         ServeConfig(state_dir=tmp_path, tenants=(TenantConfig("a", token="t" * 16),), admin_token="t" * 16)
+
+
+def test_run_as_needs_a_root_server(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("the server runs as root here (tests/live/test_isolation.py covers run_as as root)")
+    import pwd
+
+    someone = next((p.pw_name for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid())), None)
+    if someone is None:
+        pytest.skip("no other user on this machine to name")
+    path = write(tmp_path, f'[[tenants]]\nname = "a"\nrun_as = "{someone}"\n')
+    with pytest.raises(InputError, match=r"tenants\[0\]\.run_as: corral serve runs as uid \d+, not root"):
+        load_config(path)
+
+
+def test_state_files_are_made_private_also_when_they_exist(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)  # as an earlier corral (or a umask) left it
+    (state / "admin.token").write_text("k" * 32 + "\n")
+    os.chmod(state / "admin.token", 0o644)
+    config = ensure_admin_token(ServeConfig(state_dir=state, gpus=1))
+    assert config.admin_token == "k" * 32
+    path = write_server_file(config, "http://127.0.0.1:1", 1)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "admin.token").stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_readable_file_with_tokens_is_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TEST_CORRAL_NLP_TOKEN", "nlp-token-0123456789")
+    path = write(tmp_path, GOOD)  # gives vision's token literally
+    os.chmod(path, 0o644)
+    load_config(path)
+    assert any("readable by other users (mode 0644)" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    os.chmod(path, 0o600)
+    load_config(path)
+    assert not caplog.records
 
 
 def test_a_kept_admin_token_that_is_too_short_is_refused(tmp_path: Path) -> None:

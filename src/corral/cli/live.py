@@ -10,6 +10,14 @@ whichever is not given comes from the files ``corral serve`` keeps in its state 
 ``CORRAL_STATE_DIR``, default ``.corral``): ``server.json`` and ``admin.token``. Every read command takes
 ``--json`` for scripts. Errors are one ``error:`` line and exit status 2, as in the rest of the CLI.
 
+Text that users wrote (job names, commands, environment, reasons, event details, tenant names) is shown with
+its control characters made visible (``\x1b``, ``\n``, ``\u202e``), never sent raw: a tenant's job name must
+not be able to move the admin's cursor, recolour the screen, set the terminal's title or reorder a line.
+``corral logs`` is the exception: it prints the job's own output as the job wrote it.
+
+``corral jobs`` reads one page (50 jobs unless ``--limit``), says how many match in all, and prints the
+``--cursor`` of the next page.
+
 Heavy imports (FastAPI, uvicorn, the controller, httpx) happen inside the commands, so ``corral simulate`` does not
 pay for them.
 """
@@ -24,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-import tomllib
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +45,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from corral.core.errors import ConfigError, CorralError
+from corral.core.toml import read_toml
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
 if TYPE_CHECKING:
@@ -51,6 +60,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ACTIVE_PHASES = ("pending", "running")
 FOLLOW_POLL_S = 0.5
+DEFAULT_PAGE = 50  # jobs `corral jobs` shows unless --limit says otherwise
 _PHASE_STYLE = {
     "pending": "yellow",
     "running": "green",
@@ -61,13 +71,44 @@ _PHASE_STYLE = {
 }
 
 
+# Shown as escapes: C0 and C1 controls (ESC starts the terminal's sequences), DEL, format characters (the
+# bidirectional overrides reorder what follows them; zero-width ones hide text), surrogates, line and paragraph
+# separators. Everything else printable, spaces of every script included, is shown as it is.
+_HIDDEN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written as an escape (``\x1b``, ``\n``, ``\u202e``), so that
+    printing it cannot move the cursor, change colours, set the terminal's title or reorder the line."""
+    if text.isprintable():  # the usual case, at C speed
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+            code = ord(ch)
+            out.append(
+                _NAMED_ESCAPES.get(ch)
+                or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+            )
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def safe(text: object) -> str:
+    """User text for rich markup: control characters made visible (:func:`visible`), markup escaped."""
+    return escape(visible(str(text)))
+
+
 @contextmanager
 def _errors() -> Iterator[None]:
-    # The same rule as corral.cli.main: an error the user can fix is one line and exit status 2.
+    # The same rule as corral.cli.main: an error the user can fix is one line and exit status 2. The message may
+    # quote what a user (another tenant) wrote: shown, never obeyed.
     try:
         yield
     except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {safe(exc)}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
 
 
@@ -292,14 +333,8 @@ def load_job_file(path: Path) -> dict[str, Any]:
     import shlex
 
     file = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigFileError(f"cannot read the job file: {e.strerror or e}", file=file) from None
-    except UnicodeDecodeError:
-        raise ConfigFileError("not UTF-8 text", file=file, expected="a TOML job file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigFileError(f"not valid TOML: {e}", file=file) from None
+    # A file that cannot be read, is not UTF-8 or is not TOML raises a located TomlError (an InputError).
+    data = read_toml(path, what="job file")
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key not in _JOB_FILE_KEYS:
@@ -406,10 +441,10 @@ def submit(
         if as_json:
             _print_json(job)
         else:
-            click.echo(job["job_id"])
+            click.echo(visible(job["job_id"]))
             err_console.print(
-                f"submitted job {job['job_id']} ({_job_class(job)}, {_gpus(job)} GPU, tenant {job['tenant']}): "
-                f"{job['phase']}",
+                f"submitted job {safe(job['job_id'])} ({_job_class(job)}, {_gpus(job)} GPU, tenant "
+                f"{safe(job['tenant'])}): {safe(job['phase'])}",
                 highlight=False,
             )
 
@@ -452,7 +487,7 @@ def _placement(job: JobJson) -> str:
 
 def _phase(phase: str) -> str:
     style = _PHASE_STYLE.get(phase)
-    return f"[{style}]{phase}[/]" if style else phase
+    return f"[{style}]{phase}[/]" if style else safe(phase)
 
 
 def _when(t: float | None) -> str:
@@ -465,32 +500,49 @@ def _when(t: float | None) -> str:
     "--phase", "phases", multiple=True, help="Only jobs in this phase (repeat): pending, running, finished, ..."
 )
 @click.option("--all", "show_all", is_flag=True, help="Every job, ended ones too (default: pending and running).")
-@click.option("--limit", type=click.IntRange(min=1), help="Only the newest N jobs.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=1000),
+    default=DEFAULT_PAGE,
+    show_default=True,
+    help="Jobs in the page shown.",
+)
+@click.option("--cursor", help="Start where the page before ended (the cursor it printed).")
+@click.option("--newest", is_flag=True, help="Newest first (default: in submission order, oldest first).")
 @json_option
 @client_options
 def jobs(
-    tenant: str | None, phases: tuple[str, ...], show_all: bool, limit: int | None, as_json: bool, **client: Any
+    tenant: str | None,
+    phases: tuple[str, ...],
+    show_all: bool,
+    limit: int,
+    cursor: str | None,
+    newest: bool,
+    as_json: bool,
+    **client: Any,
 ) -> None:
-    """List jobs (by default the pending and running ones)."""
+    """List jobs (by default the pending and running ones), a page at a time."""
     with _errors():
         wanted: Sequence[str] | None = phases or (None if show_all else ACTIVE_PHASES)
         with make_client(**client) as api:
-            found = api.jobs(tenant=tenant, phases=wanted, limit=limit)
+            page = api.jobs_page(tenant=tenant, phases=wanted, limit=limit, cursor=cursor, newest_first=newest)
         if as_json:
-            _print_json(found)
+            _print_json(page)
             return
+        found = page["jobs"]
         now = time.time()
-        what = "all jobs" if wanted is None else f"{', '.join(wanted)} jobs"
-        table = Table(title=f"{what}: {len(found)}")
-        for col, justify in (("id", "right"), ("name", "left"), ("tenant", "left"), ("class", "left"),
+        what = "all jobs" if wanted is None else f"{', '.join(safe(w) for w in wanted)} jobs"
+        shown = f"{page['total']:,}" if len(found) == page["total"] else f"{len(found):,} of {page['total']:,}"
+        table = Table(title=f"{what}: {shown}{' (newest first)' if newest else ''}")
+        for col, justify in (("id", "left"), ("name", "left"), ("tenant", "left"), ("class", "left"),
                              ("GPUs", "right"), ("phase", "left"), ("placement", "left"), ("runtime", "right"),
                              ("preempted", "right")):  # fmt: skip
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
         for job in found:
             table.add_row(
-                job["job_id"],
-                escape(job["name"] or ""),
-                escape(job["tenant"]),
+                safe(job["job_id"]),
+                safe(job["name"] or ""),
+                safe(job["tenant"]),
                 "opp" if _job_class(job) == "opportunistic" else "guar",
                 _gpus(job),
                 _phase(job["phase"]),
@@ -498,6 +550,8 @@ def jobs(
                 _duration(_runtime_s(job, now)),
                 str(job["preemptions"]),
             )
+        if page["next_cursor"] is not None:
+            table.caption = f"next page: the same command with --cursor {safe(page['next_cursor'])}"
         console.print(table)
 
 
@@ -517,30 +571,30 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
         import shlex
 
         now = time.time()
-        table = Table(title=f"job {record['job_id']}" + (f" ({escape(record['name'])})" if record["name"] else ""))
+        table = Table(title=f"job {safe(record['job_id'])}" + (f" ({safe(record['name'])})" if record["name"] else ""))
         table.add_column("", style="bold")
         table.add_column("")
         proc = record["process"]
         rows = [
-            ("phase", _phase(record["phase"]) + (f": {escape(record['reason'])}" if record["reason"] else "")),
-            ("tenant", escape(record["tenant"])),
+            ("phase", _phase(record["phase"]) + (f": {safe(record['reason'])}" if record["reason"] else "")),
+            ("tenant", safe(record["tenant"])),
             ("class", _job_class(record)),
             ("GPUs", _gpus(record) + (f", {record['gpu_mem_mib']} MiB each" if record["gpu_mem_mib"] else "")),
             ("placement", _placement(record)),
-            ("command", escape(shlex.join(record["command"]))),
-            ("cwd", escape(record["cwd"])),
+            ("command", safe(shlex.join(record["command"]))),
+            ("cwd", safe(record["cwd"])),
             ("submitted", _when(record["submit_s"])),
             ("first start", _when(record["first_start_s"])),
             ("ended", _when(record["end_s"])),
             ("queued", _duration(record["queued_s"])),
             ("runtime", _duration(_runtime_s(record, now))),
             ("preemptions", str(record["preemptions"])),
-            ("process", f"run {proc['run']}, {proc['phase']}" + (f", pid {proc['pid']}" if proc["pid"] else "")
+            ("process", f"run {proc['run']}, {safe(proc['phase'])}" + (f", pid {proc['pid']}" if proc["pid"] else "")
              + (f", exit code {proc['exit_code']}" if proc["exit_code"] is not None else "")
              + (f", signal {proc['exit_signal']}" if proc["exit_signal"] is not None else "")),
         ]  # fmt: skip
         if record["env"]:
-            rows.append(("env", escape(" ".join(f"{k}={v}" for k, v in sorted(record["env"].items())))))
+            rows.append(("env", safe(" ".join(f"{k}={v}" for k, v in sorted(record["env"].items())))))
         tel = record["telemetry"]
         if tel is not None:
             rows.append(
@@ -558,7 +612,7 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
         history.add_column("event")
         history.add_column("detail")
         for e in events:
-            history.add_row(_when(e["time_s"]), e["kind"], escape(e["detail"]))
+            history.add_row(_when(e["time_s"]), safe(e["kind"]), safe(e["detail"]))
         console.print(history)
 
 
@@ -605,7 +659,7 @@ def cancel(job_id: str, as_json: bool, **client: Any) -> None:
         state = record["phase"]
         if record["process"]["phase"] == "stopping":
             state += " (its process is stopping)"
-        click.echo(f"job {record['job_id']}: {state}")
+        click.echo(f"job {visible(record['job_id'])}: {visible(state)}")
 
 
 @click.command()
@@ -632,7 +686,7 @@ def _tenant_table(found: Sequence[TenantJson]) -> Table:
     table.add_column("pending", justify="right")
     for t in found:
         table.add_row(
-            escape(t["name"]),
+            safe(t["name"]),
             "none" if t["quota_gpus"] is None else str(t["quota_gpus"]),
             f"{t['guaranteed_gpus']:g}",
             f"{t['opportunistic_gpus']:g}",
@@ -659,7 +713,7 @@ def _cluster_table(snap: ClusterJson) -> Table:
     stand_in = bool(snap["gpus"]) and all(g["stand_in"] for g in snap["gpus"])
     title = (
         f"{snap['num_gpus']} GPUs, {snap['allocated_gpus']:g} allocated | {snap['running']} running, "
-        f"{snap['pending']} pending | policy {escape(snap['policy'])}"
+        f"{snap['pending']} pending | policy {safe(snap['policy'])}"
     )
     if stand_in:
         title += "\n[bold yellow]STAND-IN GPUs: no real GPU, jobs run on the CPU[/]"
@@ -674,14 +728,16 @@ def _cluster_table(snap: ClusterJson) -> Table:
     table.add_column("mem used", justify="right")
     for g in snap["gpus"]:
         jobs_text = ", ".join(
-            f"{j['job_id'] or '?'} ({escape(j['tenant'] or 'other tenant')}, "
+            f"{safe(j['job_id'])} ({safe(j['tenant'])}, "
             f"{'opp ' if j['opportunistic'] else ''}{j['gpu_milli'] / 1000:g})"
             for j in g["jobs"]
         )
-        kind = f"[bold yellow]{escape(g['type_name'])}[/]" if g["stand_in"] else escape(g["type_name"])
+        if g["busy"] and not g["jobs"]:
+            jobs_text = "busy (another tenant's)"  # with a tenant's token, others' jobs are not listed
+        kind = f"[bold yellow]{safe(g['type_name'])}[/]" if g["stand_in"] else safe(g["type_name"])
         table.add_row(
             str(g["index"]),
-            escape(g["node"]),
+            safe(g["node"]),
             kind,
             f"{g['mem_mib']:,} MiB",
             f"{g['allocated_milli'] / 1000:g}",

@@ -4,7 +4,9 @@ JSON lines.
 All socket work happens on one background thread, so that the training thread never waits on the agent:
 
 - The thread connects, sends the greeting (a :class:`~corral.core.contract.Hello`, plus whatever the job needs
-  the agent to know again after a reconnection), then waits in ``poll`` on the socket and on a wake-up pipe.
+  the agent to know again after a reconnection), then waits in ``poll`` on the socket and on a wake-up pipe. The
+  channel signs the greeting's hello with the run's secret (``CORRAL_RUN_SECRET``), without which the agent
+  drops the connection.
 - Received directives are decoded there and appended to :attr:`AgentChannel.inbox`, a deque. The training thread
   checks it at each step boundary (a truth test of a deque: tens of nanoseconds) and applies what it finds; the
   thread never applies anything itself.
@@ -20,6 +22,7 @@ All socket work happens on one background thread, so that the training thread ne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import select
@@ -41,7 +44,8 @@ class AgentChannel:
     """A self-reconnecting connection to the agent's socket at ``path``.
 
     ``greeting`` is called (on the channel's thread) each time a connection opens; the messages it returns are
-    the first ones sent on it.
+    the first ones sent on it, a :class:`~corral.core.contract.Hello` among them carrying ``secret`` (by default
+    the process's ``CORRAL_RUN_SECRET``, which the agent set).
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class AgentChannel:
         *,
         retry_s: float = 2.0,
         max_backlog_bytes: int = 256 * 1024,
+        secret: str | None = None,
     ) -> None:
         self.path = path
         self.inbox: deque[contract.Message] = deque()
@@ -62,6 +67,7 @@ class AgentChannel:
         self.dropped = 0
         """Messages dropped: sent while disconnected or, for droppable ones, while the backlog was full."""
         self._greeting = greeting
+        self._secret = os.environ.get(contract.ENV_RUN_SECRET, "") if secret is None else secret
         self._warned = False
         self._retry_s = retry_s
         self._max_backlog = max_backlog_bytes
@@ -156,12 +162,17 @@ class AgentChannel:
                     "corral.job: cannot reach the agent at %s (%s); training goes on, retrying", self.path, e
                 )
             return None
-        greeting = b"".join(contract.encode(m) for m in self._greeting())
+        greeting = b"".join(contract.encode(self._signed(m)) for m in self._greeting())
         with self._lock:
             self._out[:0] = greeting
             self._connected = True
         self.connections += 1
         return sock
+
+    def _signed(self, message: contract.Message) -> contract.Message:
+        if isinstance(message, contract.Hello) and not message.secret:
+            return dataclasses.replace(message, secret=self._secret)
+        return message
 
     def _serve(self, sock: socket.socket) -> None:
         poller = select.poll()

@@ -10,15 +10,32 @@ How a run is carried out (the job-side view is in :mod:`corral.core.contract`):
 
 - each run gets ``STATE_DIR/runs/<job>/<run>/``; the process started is the shim (:mod:`corral.live.shim`), in a
   new session whose group id is its pid, and the shim starts the job's command and leaves ``pid``, ``child`` and
-  ``exit.json`` records there (the agent adds ``launch.json`` and ``spawned``, the shim's pid as soon as it is
-  known), so a restarted agent can :meth:`~Agent.adopt` a run that outlived it;
-- the job's output goes to ``STATE_DIR/logs/<job>.log``, appended across runs with a marker line per start and
-  end; its checkpoints to ``STATE_DIR/checkpoints/<job>/``;
+  ``exit.json`` records there (the agent adds ``launch.json``, ``secret`` and ``spawned``, the shim's pid as soon
+  as it is known), so a restarted agent can :meth:`~Agent.adopt` a run that outlived it;
+- the job's output goes to ``STATE_DIR/tenants/<tenant>/logs/<job>.log``, appended across runs with a marker line
+  per start and end; its checkpoints to ``STATE_DIR/tenants/<tenant>/checkpoints/<job>/``;
+- the job's environment is the contract's (:mod:`corral.core.contract`, "Environment"): a short allow-list of
+  the server's variables, its user's ``HOME``/``USER``/``LOGNAME``, its request's ``env`` and the contract's
+  variables, never the server's tokens or settings;
+- the channel authenticates each run: the agent makes a random secret per run (kept in the run's record, so a
+  restarted agent still knows it), gives it to the job in ``CORRAL_RUN_SECRET`` and drops a connection whose
+  hello names a run with another secret, or comes from another Unix user than the run's. A bad message from an
+  identified run is dropped and counted; after :data:`~corral.core.contract.MAX_BAD_MESSAGES` the run is
+  disconnected for good (it keeps running, controlled by signals);
 - a preemption asks the job to checkpoint (a :class:`~corral.core.contract.Checkpoint` over the channel when the
   job is connected, else ``SIGTERM`` to its main process) and ``SIGKILL`` s the process group after the run's
   grace period; when the shim is gone, whatever is left of its group is killed too, so nothing lingers on a GPU;
 - a launch waits until the job's previous run and every process being stopped on its GPUs have exited, so a
   preempted job's memory is free before the next one starts.
+
+Files and directories (see the trust model in ``docs/live.md``): every file the agent writes is 0600 and every
+directory 0700, also in a state directory that existed before (:meth:`Agent.start` tightens it). A tenant with a
+``run_as`` user (the server is root) gets its runs started as that user (the shim drops privileges for the job's
+process only, and keeps writing the run's records as root), its checkpoint directories owned by that user and its
+log files readable by it. Then the state directory, ``tenants/``, the tenant's own directory and its ``logs/``
+and ``checkpoints/`` become 0711 (others may pass through, not list), and the channel's socket 0666 (each run
+proves who it is with its secret); everything else stays 0700/0600, and each of those users can read only its own
+tenant's files.
 
 One thread does all the waiting (a selector over the channel socket, its connections and a pidfd per process,
 with a 0.2 s ``/proc`` poll where pidfds are not available) and all the spawning, so reports come out in order.
@@ -33,14 +50,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import logging
+import math
 import os
+import pwd
+import secrets
 import selectors
 import shlex
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +87,12 @@ _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes; keep a margin
 _MAX_OUTBUF = 1 << 20  # a job that reads none of its directives for this long is dropped
 _SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _MAX_NAME = 200
+_MAX_UNIDENTIFIED = 64  # connections that have not said hello yet; beyond this the oldest is closed
+_LOG_EVERY_S = 10.0  # a repeated complaint about one run is logged at most this often
+_TENANTS = "tenants"
+_PRIVATE_DIR = 0o700
+_PASSAGE_DIR = 0o711  # others may pass through (to their own files), not list
+_PRIVATE_FILE = 0o600
 
 # Popen objects of processes left running by a closed agent: kept referenced so the interpreter does not warn
 # that they are "still running" when the objects are collected (they are meant to outlive the agent).
@@ -76,8 +104,11 @@ StopRequest = Literal["preempt", "cancel"]
 # -- requests and reports -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
-    """Start run ``run`` of job ``job_id``: ``command`` in ``cwd`` on the agent's GPUs ``gpus`` (indices into
-    :attr:`Agent.gpus`). The job's environment is the agent's, then ``env``, then the contract's variables."""
+    """Start run ``run`` of job ``job_id`` of ``tenant``: ``command`` in ``cwd`` on the agent's GPUs ``gpus``
+    (indices into :attr:`Agent.gpus`), as the Unix user ``run_as`` when given (the agent must be root), else as
+    the agent's user. The job's environment is the contract's (:mod:`corral.core.contract`): a few harmless
+    variables of the agent's, the user's ``HOME``/``USER``/``LOGNAME``, then ``env``, then the contract's
+    variables."""
 
     job_id: str
     run: int
@@ -88,6 +119,8 @@ class LaunchRequest:
     gpu_milli: int = 1000
     mem_mib: int | None = None
     grace_s: float = contract.DEFAULT_GRACE_S
+    tenant: str = field(kw_only=True)  # required, by name (after the fields that were positional before it)
+    run_as: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +197,23 @@ def safe_name(job_id: str) -> str:
 
 
 # -- internal state -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _User:
+    """Who a run runs as: its Unix user's name, ids and home; ``switch`` when the shim must change to it."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str | None
+    switch: bool
+
+
 @dataclass(slots=True, eq=False)
 class _Conn:
     sock: socket.socket
+    peer_uid: int | None = None  # the connecting process's uid (SO_PEERCRED), where the system tells
+    accepted_at: float = 0.0
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
     key: tuple[str, int] | None = None
@@ -181,6 +228,9 @@ class _Run:
     gpus: tuple[int, ...]
     grace_s: float
     req: LaunchRequest | None  # None for an adopted run
+    tenant: str
+    secret: str | None  # what its hello must carry; None (a run of an older agent, adopted): no hello accepted
+    uid: int  # the Unix user its job runs as: a hello from another one is refused
     state: Literal["pending", "spawning", "running"] = "pending"
     adopted: bool = False
     pid: int | None = None  # the shim's, = the process group id
@@ -194,6 +244,8 @@ class _Run:
     killed: bool = False
     paused_by: Literal["channel", "signal"] | None = None
     conn: _Conn | None = None
+    bad_messages: int = 0  # bad messages received from it, over all its connections
+    cut_off: bool = False  # disconnected for sending too many: its hellos are refused
 
     @property
     def key(self) -> tuple[str, int]:
@@ -251,6 +303,15 @@ def _read_exit(run_dir: Path) -> tuple[int | None, int | None] | None:
     return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
 
 
+def _read_secret(run_dir: Path) -> str | None:
+    """The run's channel secret, from its record; ``None`` when there is none (a run of an earlier corral)."""
+    try:
+        secret = (run_dir / "secret").read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return secret or None
+
+
 def _read_pid(path: Path) -> tuple[int, int] | None:
     """(pid, start ticks) from a ``pid`` record."""
     try:
@@ -272,9 +333,28 @@ def _describe_exit(code: int | None, sig: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _open_log(path: Path, owner: tuple[int, int] | None = None) -> int:
+    """An append-only descriptor of a job's log, created 0600 (and given to ``owner``, a run_as user, so that it
+    may read its own log). Never follows a symbolic link: a log is a file the agent made, in its own directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _PRIVATE_FILE)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if owner is not None and (st.st_uid, st.st_gid) != owner:
+            os.fchown(fd, *owner)
+        if stat.S_IMODE(st.st_mode) != _PRIVATE_FILE:
+            os.fchmod(fd, _PRIVATE_FILE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _write_marker(path: Path, text: str) -> None:
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        fd = _open_log(path)
+        with open(fd, "a", encoding="utf-8", errors="replace") as f:
             f.write(f"=== corral: {text} ===\n")
     except OSError as e:
         log.warning("cannot write to the log %s: %s", path, e)
@@ -282,6 +362,91 @@ def _write_marker(path: Path, text: str) -> None:
 
 def _now_text() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+
+
+def _ensure_dir(path: Path, mode: int, owner: tuple[int, int] | None = None, *, top: bool = False) -> None:
+    """``path`` as a directory with ``mode`` (and ``owner``), whether it existed or not. Its parent is the
+    agent's own (no one else can put a link there); a link or file in its place is an error, never followed, but
+    for the ``top`` (the state directory itself, which its administrator may have made a link)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    st = os.stat(path) if top else os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, f"{path} is not a directory")
+    if owner is not None and (st.st_uid, st.st_gid) != owner:
+        os.chown(path, *owner, follow_symlinks=top)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
+
+
+def _give_tree(path: Path, owner: tuple[int, int]) -> None:
+    """Give the directory tree at ``path`` (a checkpoint directory written by runs as another user) to
+    ``owner``, through directory descriptors that never follow a link (the tree's owner could swap one in)."""
+    os.chown(path, *owner, follow_symlinks=False)
+    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in (*dirs, *files):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``), or ``None``."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return int(uid)
+
+
+def _user_named(name: str) -> _User:
+    """A run_as user as the shim takes it: uid, primary gid, every group it belongs to, home."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        raise _SpawnError(f"the run_as user {name!r} does not exist on this node") from None
+    if pw.pw_uid == 0:
+        raise _SpawnError(f"the run_as user {name!r} is root; a tenant's jobs must run unprivileged")
+    groups = tuple(sorted(set(os.getgrouplist(name, pw.pw_gid))))
+    return _User(name, pw.pw_uid, pw.pw_gid, groups, pw.pw_dir or None, switch=True)
+
+
+def _own_user() -> _User:
+    """The agent's own user (runs of tenants without run_as run as it)."""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:  # no passwd entry (a container): what the environment says
+        env_user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(uid)
+        return _User(env_user, uid, gid, (), os.environ.get("HOME"), switch=False)
+    return _User(pw.pw_name, uid, gid, (), pw.pw_dir or None, switch=False)
+
+
+class _Complaints:
+    """Log lines about one run (or one claimed run) at most every :data:`_LOG_EVERY_S`, saying how many were
+    held back meanwhile: a job that floods the channel must not flood the server's log too."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, object, int], tuple[float, int]] = {}
+
+    def warn(self, key: tuple[str, object, int], message: str, *args: object, level: int = logging.WARNING) -> None:
+        now = time.monotonic()
+        last, held = self._last.get(key, (-math.inf, 0))
+        if now - last < _LOG_EVERY_S:
+            self._last[key] = (last, held + 1)
+            return
+        if len(self._last) > 4096:  # keys can come from claims of unknown runs: keep it bounded
+            self._last.clear()
+        self._last[key] = (now, 0)
+        if held:
+            message += f" ({held} more like it in the last {now - last:.0f} s)"
+        log.log(level, message, *args)
+
+    def forget(self, job_id: str, run: int) -> None:
+        for key in [k for k in self._last if k[1:] == (job_id, run)]:
+            del self._last[key]
 
 
 # -- the agent ------------------------------------------------------------------------------------------------
@@ -324,6 +489,10 @@ class Agent:
         self._closing = False
         self._closed = False
         self._socket_path = self._choose_socket_path()
+        self._own_user = _own_user()
+        self._tenant_of: dict[str, str] = {}  # job id -> tenant, for the paths of its files
+        self._open_tenants: set[str] = set()  # tenants whose run_as users may pass through to their files
+        self._complaints = _Complaints()
 
     # -- paths ------------------------------------------------------------------------------------------------
     @property
@@ -340,11 +509,39 @@ class Agent:
         one is too long for a Unix socket address."""
         return self._socket_path
 
-    def log_path(self, job_id: str) -> Path:
-        return self._state_dir / "logs" / f"{safe_name(job_id)}.log"
+    def tenant_dir(self, tenant: str) -> Path:
+        """``STATE_DIR/tenants/<tenant>``: the tenant's ``logs/`` and ``checkpoints/``."""
+        return self._state_dir / _TENANTS / safe_name(tenant)
 
-    def checkpoint_dir(self, job_id: str) -> Path:
-        return self._state_dir / "checkpoints" / safe_name(job_id)
+    def log_path(self, job_id: str, tenant: str | None = None) -> Path:
+        """The job's log: ``STATE_DIR/tenants/<tenant>/logs/<job>.log``. Without ``tenant``, the one the agent
+        knows for the job (from its launches, or the log already there)."""
+        name = f"{safe_name(job_id)}.log"
+        tenant = tenant or self._tenant(job_id, "logs", name)
+        if tenant is None:
+            return self._state_dir / "logs" / name  # where an earlier corral kept it (if it did)
+        return self.tenant_dir(tenant) / "logs" / name
+
+    def checkpoint_dir(self, job_id: str, tenant: str | None = None) -> Path:
+        """The job's checkpoint directory, kept across its runs: ``STATE_DIR/tenants/<tenant>/checkpoints/<job>``
+        (``tenant`` as for :meth:`log_path`)."""
+        name = safe_name(job_id)
+        tenant = tenant or self._tenant(job_id, "checkpoints", name)
+        if tenant is None:
+            return self._state_dir / "checkpoints" / name  # where an earlier corral kept it (if it did)
+        return self.tenant_dir(tenant) / "checkpoints" / name
+
+    def _tenant(self, job_id: str, sub: str, name: str) -> str | None:
+        tenant = self._tenant_of.get(job_id)
+        if tenant is not None:
+            return tenant
+        with contextlib.suppress(OSError):  # a job of an earlier server life: look for its file
+            for entry in os.scandir(self._state_dir / _TENANTS):
+                if os.path.lexists(os.path.join(entry.path, sub, name)):
+                    # a directory's name is the tenant's name: tenant names need no escaping (see config)
+                    self._tenant_of[job_id] = entry.name
+                    return entry.name
+        return None
 
     def run_dir(self, job_id: str, run: int) -> Path:
         return self._state_dir / "runs" / safe_name(job_id) / str(int(run))
@@ -367,8 +564,7 @@ class Agent:
             if self._closed or self._thread is not None:
                 raise RuntimeError("an Agent is started once")
             try:
-                for sub in ("logs", "runs", "checkpoints"):
-                    (self._state_dir / sub).mkdir(parents=True, exist_ok=True)
+                self._make_private()
                 self._listener = self._bind()
                 self._listener_ino = os.stat(self._socket_path).st_ino
             except OSError as e:
@@ -382,6 +578,42 @@ class Agent:
             if self._sampler is not None:
                 self._sampler_thread = threading.Thread(target=self._sample_loop, name="corral-nvml", daemon=True)
                 self._sampler_thread.start()
+
+    def _make_private(self) -> None:
+        """The state directory 0700 and its files 0600, also when it existed before with looser modes (the store's
+        database, the admin token and the server file are made by others before the agent starts: tightened here
+        too). Tenants' directories become passable again when one of their run_as runs starts or is adopted."""
+        sd = self._state_dir
+        sd.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
+        _ensure_dir(sd, _PRIVATE_DIR, top=True)
+        euid = os.geteuid()
+        for entry in os.scandir(sd):
+            st = entry.stat(follow_symlinks=False)
+            if euid not in (0, st.st_uid):
+                continue
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != _PRIVATE_FILE:
+                os.chmod(entry.path, _PRIVATE_FILE)
+            elif stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != _PRIVATE_DIR:
+                os.chmod(entry.path, _PRIVATE_DIR)  # runs/, tenants/, and an earlier corral's logs/, checkpoints/
+        _ensure_dir(sd / "runs", _PRIVATE_DIR)
+        _ensure_dir(sd / _TENANTS, _PRIVATE_DIR)
+        for entry in os.scandir(sd / _TENANTS):
+            if entry.is_dir(follow_symlinks=False):
+                for sub in ("", "logs", "checkpoints"):
+                    with contextlib.suppress(FileNotFoundError):
+                        _ensure_dir(Path(entry.path, sub), _PRIVATE_DIR)
+
+    def _open_for(self, tenant: str) -> None:
+        """Let a run_as tenant's user pass through to its own checkpoints and logs and reach the channel's socket
+        (see the module docstring); nothing becomes listable or readable by it that is not its own."""
+        if tenant in self._open_tenants:
+            return
+        tdir = self.tenant_dir(tenant)
+        _ensure_dir(self._state_dir, _PASSAGE_DIR, top=True)
+        for path in (self._state_dir / _TENANTS, tdir, tdir / "logs", tdir / "checkpoints"):
+            _ensure_dir(path, _PASSAGE_DIR)
+        os.chmod(self._socket_path, 0o666)  # anyone may connect; a run's secret says who may speak
+        self._open_tenants.add(tenant)
 
     def _bind(self) -> socket.socket:
         path = str(self._socket_path)
@@ -475,7 +707,12 @@ class Agent:
             if problem is not None:
                 self._report_exit(req.job_id, req.run, None, None, None, f"cannot start the job: {problem}")
                 return
-            self._runs[key] = _Run(req.job_id, req.run, tuple(req.gpus), float(req.grace_s), req)
+            secret = secrets.token_hex(contract.SECRET_BYTES)
+            uid = self._own_user.uid  # until the spawn resolves its run_as user
+            self._runs[key] = _Run(
+                req.job_id, req.run, tuple(req.gpus), float(req.grace_s), req, req.tenant, secret, uid
+            )
+            self._tenant_of[req.job_id] = req.tenant
             self._pending.append(key)
             self._wake()
 
@@ -484,6 +721,12 @@ class Agent:
             safe_name(req.job_id)
         except ValueError as e:
             return str(e)
+        if not isinstance(req.tenant, str) or not req.tenant or not all(c in _SAFE_CHARS for c in req.tenant):
+            return f"the tenant must be a name of letters, digits, '.', '_' or '-', got {req.tenant!r}"
+        if req.tenant.startswith("."):
+            return f"a tenant name cannot start with a dot, got {req.tenant!r}"
+        if req.run_as is not None and (not isinstance(req.run_as, str) or not req.run_as):
+            return f"run_as must be a user name, got {req.run_as!r}"
         if isinstance(req.run, bool) or not isinstance(req.run, int) or req.run < 0:
             return f"run must be a non-negative integer, got {req.run!r}"
         if not req.command or not all(isinstance(a, str) and "\0" not in a for a in req.command):
@@ -606,6 +849,10 @@ class Agent:
                 return True
             record = _read_exit(rd)
             pid_rec = _read_pid(rd / "pid") or _read_pid(rd / "spawned")
+            launched = self._read_launch(rd)
+            tenant = launched.get("tenant")
+            if isinstance(tenant, str) and tenant:
+                self._tenant_of[job_id] = tenant
             if record is None and pid_rec is not None and _alive(*pid_rec):
                 pid, ticks = pid_rec
                 try:
@@ -616,11 +863,29 @@ class Agent:
                 else:
                     alive = _alive(pid, ticks)  # again: the pidfd must be for the shim, not a reused pid
                 if alive:
-                    launched = self._read_launch(rd)
                     gpus = tuple(int(g) for g in launched.get("gpus", ()))
                     grace = grace_s if grace_s is not None else float(launched.get("grace_s", contract.DEFAULT_GRACE_S))
-                    r = _Run(job_id, run, gpus, grace, None, state="running", adopted=True, pid=pid, ticks=ticks)
+                    uid = launched.get("uid")
+                    r = _Run(
+                        job_id,
+                        run,
+                        gpus,
+                        grace,
+                        None,
+                        tenant if isinstance(tenant, str) and tenant else "",
+                        _read_secret(rd),
+                        uid if type(uid) is int else self._own_user.uid,
+                        state="running",
+                        adopted=True,
+                        pid=pid,
+                        ticks=ticks,
+                    )
                     r.pidfd = pidfd
+                    if launched.get("run_as") is not None and r.tenant:
+                        try:  # its job reconnects, and checkpoints, through the passable directories
+                            self._open_for(r.tenant)
+                        except OSError as e:
+                            log.warning("job %r run %d: cannot open its tenant's directories: %s", job_id, run, e)
                     st = _proc_stat(pid)
                     if st is not None and st[0] == "T":
                         r.paused_by = "signal"
@@ -888,17 +1153,23 @@ class Agent:
         for run in ready:
             self._spawn(run)
 
-    def _job_env(self, req: LaunchRequest) -> dict[str, str]:
-        env = dict(os.environ)
-        for name in contract.ALL_ENV:
-            env.pop(name, None)  # the agent's own (if it runs inside a corral job) must not leak
+    def _job_env(self, req: LaunchRequest, user: _User, secret: str) -> dict[str, str]:
+        """The job's environment, as :mod:`corral.core.contract` ("Environment") says: nothing else of the
+        agent's own (its tokens, the variables the configuration names, its settings) reaches a job."""
+        env = contract.passed_env(os.environ)
+        env.update(USER=user.name, LOGNAME=user.name)
+        if user.home is not None:
+            env["HOME"] = user.home
         env.update(req.env)
+        for name in contract.ALL_ENV:
+            env.pop(name, None)  # only the agent sets these (the controller refuses them in requests too)
         gpus = [self._gpus[i] for i in req.gpus]
         stand_in = any(g.stand_in for g in gpus) if gpus else any(g.stand_in for g in self._gpus)
         env[contract.ENV_JOB_ID] = req.job_id
         env[contract.ENV_RUN] = str(req.run)
+        env[contract.ENV_RUN_SECRET] = secret
         env[contract.ENV_AGENT_SOCKET] = str(self._socket_path)
-        env[contract.ENV_CHECKPOINT_DIR] = str(self.checkpoint_dir(req.job_id))
+        env[contract.ENV_CHECKPOINT_DIR] = str(self.checkpoint_dir(req.job_id, req.tenant))
         env[contract.ENV_GPU_MILLI] = str(req.gpu_milli)
         if req.mem_mib is not None:
             env[contract.ENV_GPU_MEM_MIB] = str(req.mem_mib)
@@ -913,39 +1184,83 @@ class Agent:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's default order is not NVML's; make the indices agree
         return env
 
+    def _user_of(self, req: LaunchRequest) -> _User:
+        if req.run_as is None:
+            return self._own_user
+        if os.geteuid() != 0:
+            raise _SpawnError(f"run_as user {req.run_as!r}: the server must run as root to start jobs as another user")
+        return _user_named(req.run_as)
+
+    def _prepare(self, req: LaunchRequest, user: _User) -> None:
+        """The run's directories and its tenant's, with their modes and owners (see the module docstring)."""
+        sd = self._state_dir
+        tdir = self.tenant_dir(req.tenant)
+        for path in (sd / "runs", sd / "runs" / safe_name(req.job_id), self.run_dir(req.job_id, req.run)):
+            _ensure_dir(path, _PRIVATE_DIR)
+        _ensure_dir(sd / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
+        passage = _PASSAGE_DIR if user.switch else _PRIVATE_DIR
+        for path in (tdir, tdir / "logs", tdir / "checkpoints"):
+            _ensure_dir(path, passage)
+        if user.switch:
+            self._open_for(req.tenant)
+        ckpt = self.checkpoint_dir(req.job_id, req.tenant)
+        legacy = sd / "checkpoints" / safe_name(req.job_id)
+        if not os.path.lexists(ckpt) and legacy.is_dir() and not legacy.is_symlink():
+            os.rename(legacy, ckpt)  # kept by an earlier corral, before checkpoints were per tenant
+        owner = (user.uid, user.gid)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(ckpt, _PRIVATE_DIR)
+        st = os.lstat(ckpt)
+        if not stat.S_ISDIR(st.st_mode):
+            raise _SpawnError(f"{ckpt} is not a directory")
+        if (st.st_uid, st.st_gid) != owner and (user.switch or os.geteuid() == 0):
+            _give_tree(ckpt, owner)  # the tenant's run_as user changed (or came, or went): its checkpoints follow
+        if stat.S_IMODE(st.st_mode) != _PRIVATE_DIR:
+            os.chmod(ckpt, _PRIVATE_DIR)
+
     def _spawn(self, run: _Run) -> None:
         """Start a run's shim (lock not held: starting a process takes milliseconds)."""
         req = run.req
         assert req is not None
         rd = self.run_dir(req.job_id, req.run)
-        log_path = self.log_path(req.job_id)
+        log_path = self.log_path(req.job_id, req.tenant)
         popen: subprocess.Popen[bytes] | None = None
         try:
             if not os.path.isdir(req.cwd):
                 raise _SpawnError(f"working directory {req.cwd!r} does not exist")
-            rd.mkdir(parents=True, exist_ok=True)
+            user = self._user_of(req)
+            run.uid = user.uid  # (the loop thread's own: only it reads this, for the channel)
+            self._prepare(req, user)
             for stale in ("exit.json", "pid", "child", "spawned"):
                 with contextlib.suppress(FileNotFoundError):
                     (rd / stale).unlink()
-            self.checkpoint_dir(req.job_id).mkdir(parents=True, exist_ok=True)
+            assert run.secret is not None
             launched = {
                 "job_id": req.job_id,
                 "run": req.run,
+                "tenant": req.tenant,
+                "run_as": req.run_as,
+                "uid": user.uid,
                 "command": list(req.command),
                 "cwd": req.cwd,
                 "gpus": list(req.gpus),
                 "grace_s": req.grace_s,
                 "launched_at": time.time(),
             }
+            write_atomic(str(rd / "secret"), run.secret + "\n")
             write_atomic(str(rd / "launch.json"), json.dumps(launched) + "\n")
-            env = self._job_env(req)
+            env = self._job_env(req, user, run.secret)
             gpus_text = ",".join(str(i) for i in req.gpus) or "none"
-            with open(log_path, "ab") as logf:
+            shim = [self._python, "-I", "-S", str(SHIM_PATH), str(rd)]
+            if user.switch:
+                shim += ["--user", f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"]
+            log_fd = _open_log(log_path, (user.uid, user.gid) if user.switch else None)
+            with open(log_fd, "ab") as logf:
                 what = f"run {req.run} started {_now_text()} on GPUs {gpus_text}: {shlex.join(req.command)}"
                 logf.write(f"=== corral: {what} ===\n".encode(errors="replace"))
                 logf.flush()
                 popen = subprocess.Popen(
-                    [self._python, "-I", "-S", str(SHIM_PATH), str(rd), "--", *req.command],
+                    [*shim, "--", *req.command],
                     cwd=req.cwd,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -1017,6 +1332,7 @@ class Agent:
         if run.conn is not None:
             self._mark_dead(run.conn)
         del self._runs[run.key]
+        self._complaints.forget(run.job_id, run.run)
         _write_marker(self.log_path(run.job_id), f"run {run.run} ended {_now_text()}: {detail}")
         self._report_exit(run.job_id, run.run, code, sig, run.requested, detail)
 
@@ -1032,8 +1348,17 @@ class Agent:
                 log.warning("agent socket: accept failed: %s", e)
                 return
             sock.setblocking(False)
-            conn = _Conn(sock)
+            conn = _Conn(sock, _peer_uid(sock), time.monotonic())
             with self._lock:
+                unidentified = [c for c in self._conns if c.key is None and not c.dead]
+                if len(unidentified) >= _MAX_UNIDENTIFIED:  # a job opening connections it never uses: bounded
+                    oldest = min(unidentified, key=lambda c: c.accepted_at)
+                    self._complaints.warn(
+                        ("unidentified", "", 0),
+                        "agent channel: %d connections have not said hello; closing the oldest",
+                        len(unidentified),
+                    )
+                    self._close_conn(oldest)
                 self._conns.add(conn)
                 self._selector.register(sock, selectors.EVENT_READ, ("conn", conn))
 
@@ -1050,7 +1375,8 @@ class Agent:
 
     def _drop(self, conn: _Conn, why: str) -> None:
         who = f"job {conn.key[0]!r} run {conn.key[1]}" if conn.key else "an unidentified connection"
-        log.warning("agent channel: dropping %s: %s", who, why)
+        key = ("drop", *conn.key) if conn.key else ("drop", "", 0)
+        self._complaints.warn(key, "agent channel: dropping %s: %s", who, why)
         with self._lock:
             self._close_conn(conn)
 
@@ -1093,8 +1419,12 @@ class Agent:
             try:
                 message = contract.decode(line)
             except InputError as e:
-                self._drop(conn, str(e))
-                return
+                if conn.key is None:  # not even a hello: nobody to count it against
+                    self._drop(conn, str(e))
+                    return
+                if not self._bad_message(conn, str(e)):
+                    return
+                continue
             if not self._on_message(conn, message):
                 return
 
@@ -1107,10 +1437,24 @@ class Agent:
             with self._lock:
                 run = self._runs.get((message.job_id, message.run))
                 if run is None or run.state != "running":
-                    log.info(
+                    self._complaints.warn(
+                        ("not here", message.job_id, message.run),
                         "agent channel: hello from job %r run %d, which is not running here",
                         message.job_id,
                         message.run,
+                        level=logging.INFO,
+                    )
+                    self._close_conn(conn)
+                    return False
+                refused = self._refusal(run, conn, message)
+                if refused is not None:
+                    # Not counted against the run: anyone can claim to be it, and must not get it cut off.
+                    self._complaints.warn(
+                        ("hello", run.job_id, run.run),
+                        "agent channel: refused a hello as job %r run %d: %s",
+                        run.job_id,
+                        run.run,
+                        refused,
                     )
                     self._close_conn(conn)
                     return False
@@ -1123,26 +1467,18 @@ class Agent:
         if isinstance(
             message, contract.Pause | contract.Resume | contract.Checkpoint | contract.SetBatchSize | contract.SetLimits
         ):
-            self._drop(conn, f"a job may not send the directive {message.type!r}")
-            return False
+            return self._bad_message(conn, f"a job may not send the directive {message.type!r}")
         with self._lock:
             run = self._runs.get(conn.key)
             if run is None or run.conn is not conn:
                 self._close_conn(conn)
                 return False
             if isinstance(message, contract.Hello):
-                log.warning("agent channel: job %r run %d said hello twice; ignored", run.job_id, run.run)
-                return True
+                return self._bad_message(conn, "a second hello")
             if (message.job_id, message.run) != run.key:
-                log.warning(
-                    "agent channel: job %r run %d sent a %s for job %r run %d; ignored",
-                    run.job_id,
-                    run.run,
-                    message.type,
-                    message.job_id,
-                    message.run,
+                return self._bad_message(
+                    conn, f"a {message.type} message for job {message.job_id!r} run {message.run}, not its own"
                 )
-                return True
             if isinstance(message, contract.StepReport):
                 self._outbox.append(JobReported(run.job_id, run.run, message))
                 return True
@@ -1152,6 +1488,55 @@ class Agent:
                 run.paused_by = None
             self._outbox.append(JobSaid(run.job_id, run.run, message))
         return True
+
+    def _refusal(self, run: _Run, conn: _Conn, hello: contract.Hello) -> str | None:
+        """Why a hello may not speak for ``run`` (lock held), or ``None``: it must carry the run's secret and
+        come from the run's Unix user (or root)."""
+        if run.cut_off:
+            return f"the run sent more than {contract.MAX_BAD_MESSAGES} bad messages and is disconnected for good"
+        if run.secret is None:
+            return "the run has no secret on record (started by an earlier corral); it is controlled by signals"
+        # Compared in constant time, as bytes (the decoded text is valid Unicode: see contract.decode).
+        if not hmac.compare_digest(hello.secret.encode(), run.secret.encode()):
+            return "wrong secret" if hello.secret else "no secret"
+        if conn.peer_uid is not None and conn.peer_uid not in (run.uid, 0):
+            return f"it comes from uid {conn.peer_uid}; the run's job runs as uid {run.uid}"
+        return None
+
+    def _bad_message(self, conn: _Conn, why: str) -> bool:
+        """Count a bad message from an identified connection against its run and drop it; cut the run off after
+        :data:`~corral.core.contract.MAX_BAD_MESSAGES`. ``False`` if the connection was dropped."""
+        with self._lock:
+            run = self._runs.get(conn.key) if conn.key is not None else None
+            if run is None or run.conn is not conn:
+                self._close_conn(conn)
+                return False
+            run.bad_messages += 1
+            self._complaints.warn(
+                ("bad", run.job_id, run.run),
+                "agent channel: job %r run %d sent a bad message (%d so far), dropped: %s",
+                run.job_id,
+                run.run,
+                run.bad_messages,
+                why,
+            )
+            if run.bad_messages <= contract.MAX_BAD_MESSAGES:
+                return True
+            run.cut_off = True
+            what = f"more than {contract.MAX_BAD_MESSAGES} bad messages (the last: {why})"
+            log.warning("agent channel: job %r run %d disconnected for good: %s", run.job_id, run.run, what)
+            _write_marker(
+                self.log_path(run.job_id),
+                f"run {run.run} disconnected from the agent for good: {what}; it is controlled by signals now",
+            )
+            self._close_conn(conn)
+            return False
+
+    def bad_messages(self, job_id: str, run: int) -> int:
+        """How many bad messages the run sent over the channel (0 for a run not here)."""
+        with self._lock:
+            r = self._runs.get((job_id, run))
+            return 0 if r is None else r.bad_messages
 
 
 class _SpawnError(Exception):

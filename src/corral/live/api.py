@@ -6,7 +6,8 @@ Routes (all under ``/v1``; every one but ``/v1/health`` needs ``Authorization: B
 
 ==========================  ===========================================================================
 ``POST /v1/jobs``           submit a job (201, the job)
-``GET /v1/jobs``            list jobs (query ``tenant``, ``phase`` (repeatable or comma-separated), ``limit``)
+``GET /v1/jobs``            one page of jobs (query ``tenant``, ``phase`` (repeatable or comma-separated),
+                            ``limit``, ``cursor``, ``order``), with the total count and the next page's cursor
 ``GET /v1/jobs/{id}``       one job
 ``GET /v1/jobs/{id}/events`` the job's history
 ``GET /v1/jobs/{id}/logs``  a chunk of the job's output from byte ``offset`` (for ``corral logs -f``)
@@ -16,17 +17,22 @@ Routes (all under ``/v1``; every one but ``/v1/health`` needs ``Authorization: B
 ``GET /v1/health``          liveness (no token needed)
 ==========================  ===========================================================================
 
-Auth: the admin token sees and acts on everything. A tenant's token sees only its own tenant: another tenant's
-job answers 404 exactly as a job that does not exist, listings are filtered, submitting for (or listing) another
-tenant is 403, and in the cluster view other tenants' jobs show their share but neither id nor tenant. A missing
-or unknown token is 401. Tokens are compared in constant time.
+Auth: exactly one ``Authorization`` header, of exactly the form ``Bearer TOKEN`` (one space; the scheme's case is
+free, as RFC 7235 says). The admin token sees and acts on everything. A tenant's token sees only its own tenant
+(docs/live.md, "What a tenant sees"): another tenant's job answers 404 exactly as a job that does not exist,
+listings and counts are filtered, submitting for (or listing) another tenant is 403, and the cluster view shows
+which GPUs are busy and how much of each is given out, but not other tenants' jobs, names or counts. Job ids are
+opaque (random), so they do not count other tenants' submissions either. A missing, malformed or unknown token
+is 401. Tokens are compared in constant time.
 
-Errors are JSON ``{"detail": "..."}`` with a readable message, and change nothing: 400 malformed (a bad
-``Content-Length``), 401 no/unknown token, 403 not yours, 404 unknown job or tenant (an unknown tenant in a
-submission is 404 too, as the controller answers), 409 the job already ended, 413 a body above
-``max_body_bytes`` (enforced before parsing, with or without ``Content-Length``), 422 a body or query that does
-not fit the schema or a job that can never run here (more GPUs than the cluster or the quota has). Anything
-unexpected is a 500 with no traceback; the server logs it.
+Errors are JSON ``{"detail": "..."}`` with a readable message that names the field, and change nothing: 400
+malformed (a bad ``Content-Length``), 401 no/unknown token, 403 not yours, 404 unknown job or tenant (an unknown
+tenant in a submission is 404 too, as the controller answers), 405 (with ``Allow``) a method the path does not
+take, 409 the job already ended, 413 a body above ``max_body_bytes`` (enforced before parsing, with or without
+``Content-Length``), 422 a body or query that does not fit the schema (a body that is not UTF-8 JSON included),
+or a job that can never run here (more GPUs than the cluster or the quota has). A message quotes at most
+:data:`MAX_ECHO_CHARS` characters of what was sent. Anything unexpected is a 500 with no traceback; the server
+logs it.
 
 Routes are plain ``def``: FastAPI runs them in its thread pool, since the controller's calls may block briefly
 on SQLite or on the loop thread.
@@ -34,9 +40,12 @@ on SQLite or on the loop thread.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +55,9 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import __version__
@@ -72,7 +83,16 @@ log = logging.getLogger("corral.live.api")
 
 DEFAULT_LOG_CHUNK = 64 * 1024
 MAX_LOG_CHUNK = 1024 * 1024
-MAX_LIST_LIMIT = 100_000
+DEFAULT_PAGE = 100  # jobs in a page of GET /v1/jobs when no limit is given
+MAX_PAGE = 1000  # the most a page may hold: a page is answered in milliseconds whatever the store holds
+MAX_ECHO_CHARS = 200  # the most of a caller's input an error message quotes back
+MAX_CWD_CHARS = 4096  # PATH_MAX on Linux
+
+# The values the wire models show, as literals so that the schema lists them (a test keeps them equal to the
+# enums in corral.core.job and corral.live.records).
+PhaseName = Literal["pending", "running", "finished", "rejected", "failed", "cancelled"]
+ProcessPhaseName = Literal["none", "starting", "running", "paused", "stopping"]
+JobClassName = Literal["guaranteed", "opportunistic"]
 
 
 # ==============================================================================================================
@@ -115,6 +135,7 @@ class JobSubmission(_Model):
     cwd: str | None = Field(
         None,
         min_length=1,
+        max_length=MAX_CWD_CHARS,
         description="Absolute working directory on the server's machine (default: the server's own).",
     )
     env: dict[str, str] = Field(
@@ -123,12 +144,18 @@ class JobSubmission(_Model):
     gpu_mem_mib: int | None = Field(None, ge=0, description="GPU memory the job needs on each GPU, in MiB, if known.")
     priority: int = Field(0, ge=-1_000_000, le=1_000_000, description="Higher runs first under priority policies.")
 
+    @field_validator("cwd")
+    @classmethod
+    def _absolute(cls, cwd: str | None) -> str | None:
+        # A field validator, not the model's: the error then names the field.
+        if cwd is not None and not os.path.isabs(cwd):
+            raise ValueError(f"cwd must be an absolute path on the server, got {_echo(cwd)}")
+        return cwd
+
     @model_validator(mode="after")
     def _share_needs_one_gpu(self) -> JobSubmission:
         if self.num_gpus > 1 and self.gpu_milli != FULL_GPU_MILLI:
             raise ValueError("a fractional GPU share (gpu_milli < 1000) needs num_gpus == 1")
-        if self.cwd is not None and not os.path.isabs(self.cwd):
-            raise ValueError(f"cwd must be an absolute path on the server, got {self.cwd!r}")
         return self
 
 
@@ -145,7 +172,7 @@ class ProcessOut(_Model):
     """The process of the job's latest run."""
 
     run: int = Field(description="Run number (CORRAL_RUN): 1 for the first start, one more for each restart.")
-    phase: str = Field(description="none, starting, running, paused or stopping.")
+    phase: ProcessPhaseName = Field(description="none, starting, running, paused or stopping.")
     pid: int | None = Field(description="Its process id on the server's machine.")
     exit_code: int | None = Field(description="Exit status of the last run that ended, if it exited.")
     exit_signal: int | None = Field(description="Signal that killed the last run that ended, if any.")
@@ -167,7 +194,7 @@ class TelemetryOut(_Model):
 class JobOut(_Model):
     """A job: what was submitted and where it stands."""
 
-    job_id: str = Field(description="The job's id.")
+    job_id: str = Field(description="The job's id: opaque, it says nothing about other jobs.")
     name: str | None = Field(description="The name given at submission.")
     tenant: str = Field(description="The tenant it runs for.")
     command: list[str] = Field(description="The program and its arguments.")
@@ -176,10 +203,12 @@ class JobOut(_Model):
     num_gpus: int = Field(description="GPUs asked for.")
     gpu_milli: int = Field(description="Share of each GPU asked for, milli-GPU.")
     opportunistic: bool = Field(description="Submitted as opportunistic.")
-    job_class: str = Field(description="guaranteed or opportunistic (an opportunistic job may have been upgraded).")
+    job_class: JobClassName = Field(
+        description="guaranteed or opportunistic (an opportunistic job may have been upgraded)."
+    )
     gpu_mem_mib: int | None = Field(description="GPU memory needed per GPU, MiB, if given.")
     priority: int = Field(description="Priority given at submission.")
-    phase: str = Field(description="pending, running, finished, failed, cancelled or rejected.")
+    phase: PhaseName = Field(description="pending, running, finished, failed, cancelled or rejected.")
     reason: str | None = Field(description="Why it ended (failed, rejected, cancelled) or waits, when known.")
     placement: PlacementOut | None = Field(description="Where it runs now (running jobs only).")
     submit_s: float = Field(description="When it was submitted (Unix seconds).")
@@ -197,9 +226,13 @@ class JobOut(_Model):
 
 
 class JobList(_Model):
-    """Jobs, oldest first."""
+    """One page of the jobs that match, in submission order (or newest first)."""
 
-    jobs: list[JobOut] = Field(description="The jobs that match, in submission order.")
+    jobs: list[JobOut] = Field(description="This page's jobs.")
+    total: int = Field(description="How many jobs match, on every page together.")
+    next_cursor: str | None = Field(
+        description="Pass it as `cursor` (with the same `order`) for the next page; null on the last page."
+    )
 
 
 class EventOut(_Model):
@@ -229,10 +262,10 @@ class LogChunk(_Model):
 
 
 class GpuJobOut(_Model):
-    """A job on a GPU. With a tenant's token, another tenant's job shows its share only."""
+    """A job on a GPU. With a tenant's token, only that tenant's jobs are listed."""
 
-    job_id: str | None = Field(description="The job (null: another tenant's).")
-    tenant: str | None = Field(description="Its tenant (null: another tenant's).")
+    job_id: str = Field(description="The job.")
+    tenant: str = Field(description="Its tenant.")
     gpu_milli: int = Field(description="Its share of the GPU (milli-GPU); for an opportunistic job, its cap.")
     opportunistic: bool = Field(description="On spare resources.")
 
@@ -245,10 +278,18 @@ class GpuOut(_Model):
     type_name: str = Field(description="GPU type (e.g. H100-80GB), or 'stand-in'.")
     mem_mib: int = Field(description="Its memory, MiB.")
     stand_in: bool = Field(description="A stand-in declared with `corral serve --gpus N`: jobs run on the CPU.")
-    allocated_milli: int = Field(description="Share given to ordinary (guaranteed or whole-GPU) placements.")
-    jobs: list[GpuJobOut] = Field(description="Jobs on it.")
-    sm_util: float | None = Field(description="Measured busy fraction 0..1, if measured.")
-    mem_used_mib: int | None = Field(description="Memory in use, MiB, if known.")
+    allocated_milli: int = Field(
+        description="Share given to ordinary (guaranteed or whole-GPU) placements, whoever's they are."
+    )
+    busy: bool = Field(description="Some job runs on it, listed or not (another tenant's is not listed).")
+    jobs: list[GpuJobOut] = Field(description="Jobs on it (with a tenant's token: that tenant's only).")
+    sm_util: float | None = Field(
+        description="Measured busy fraction 0..1, if measured (with a tenant's token: only on a GPU that runs "
+        "that tenant's jobs alone)."
+    )
+    mem_used_mib: int | None = Field(
+        description="Memory in use, MiB, if known (with a tenant's token: as for sm_util)."
+    )
 
 
 class ClusterOut(_Model):
@@ -257,8 +298,8 @@ class ClusterOut(_Model):
     policy: str = Field(description="The scheduling policy and its options.")
     num_gpus: int = Field(description="GPUs in the cluster.")
     allocated_gpus: float = Field(description="GPUs given out to ordinary placements (fractional shares add up).")
-    pending: int = Field(description="Jobs waiting.")
-    running: int = Field(description="Jobs running.")
+    pending: int = Field(description="Jobs waiting (with a tenant's token: that tenant's).")
+    running: int = Field(description="Jobs running (with a tenant's token: that tenant's).")
     gpus: list[GpuOut] = Field(description="Every GPU.")
 
 
@@ -351,15 +392,15 @@ def job_out(record: JobRecord, order: Sequence[int] | None = None) -> JobOut:
 
 
 def cluster_out(snap: ClusterSnapshot, viewer: str | None) -> ClusterOut:
-    """``viewer``: the tenant whose token asks (``None``: the admin, who sees every job)."""
+    """``viewer``: the tenant whose token asks (``None``: the admin, who sees every job).
+
+    A tenant sees every GPU, whether it is busy and how much of it is given out (what it needs to understand why
+    its jobs wait), and its own jobs; not another tenant's jobs, ids, names, shares or counts, nor the measured
+    use of a GPU it shares with one (that would be the other job's telemetry). See docs/live.md."""
     gpus = []
     for g in snap.gpus:
-        jobs = [
-            GpuJobOut(job_id=j.job_id, tenant=j.tenant, gpu_milli=j.gpu_milli, opportunistic=j.opportunistic)
-            if viewer is None or j.tenant == viewer
-            else GpuJobOut(job_id=None, tenant=None, gpu_milli=j.gpu_milli, opportunistic=j.opportunistic)
-            for j in g.jobs
-        ]
+        mine = [j for j in g.jobs if viewer is None or j.tenant == viewer]
+        alone = len(mine) == len(g.jobs)  # nothing of another tenant's on it
         gpus.append(
             GpuOut(
                 index=g.index,
@@ -368,17 +409,25 @@ def cluster_out(snap: ClusterSnapshot, viewer: str | None) -> ClusterOut:
                 mem_mib=g.mem_mib,
                 stand_in=g.stand_in,
                 allocated_milli=g.allocated_milli,
-                jobs=jobs,
-                sm_util=g.sm_util,
-                mem_used_mib=g.mem_used_mib,
+                busy=bool(g.jobs),
+                jobs=[
+                    GpuJobOut(job_id=j.job_id, tenant=j.tenant, gpu_milli=j.gpu_milli, opportunistic=j.opportunistic)
+                    for j in mine
+                ],
+                sm_util=g.sm_util if alone else None,
+                mem_used_mib=g.mem_used_mib if alone else None,
             )
         )
+    if viewer is None:
+        pending, running = snap.pending, snap.running
+    else:
+        pending, running = snap.pending_by_tenant.get(viewer, 0), snap.running_by_tenant.get(viewer, 0)
     return ClusterOut(
         policy=snap.policy,
         num_gpus=snap.num_gpus,
         allocated_gpus=snap.allocated_gpus,
-        pending=snap.pending,
-        running=snap.running,
+        pending=pending,
+        running=running,
         gpus=gpus,
     )
 
@@ -429,7 +478,9 @@ class _Tokens:
         self._entries += [(token.encode(), Principal(name)) for token, name in tenants.items()]
 
     def principal(self, token: str) -> Principal | None:
-        given = token.encode("utf-8", errors="replace")
+        # Starlette decodes header bytes as Latin-1: encoding back gives the bytes sent, which a UTF-8 token's
+        # own bytes then match.
+        given = token.encode("latin-1", errors="replace")
         found: Principal | None = None
         for secret, who in self._entries:
             if hmac.compare_digest(given, secret) and found is None:
@@ -449,13 +500,35 @@ class _Unauthorized(Exception):
         self.message = message
 
 
+_MISSING = "missing token: send `Authorization: Bearer TOKEN`"
+
+
+def bearer_token(values: Sequence[str]) -> str:
+    """The token of the request's ``Authorization`` header values, which must be exactly one, of exactly the form
+    ``Bearer TOKEN``: one space, the token without surrounding whitespace (tokens never have any). Lenient
+    parsing (extra spaces, a second header) would let a proxy and this server read different tokens from one
+    request. Raises :class:`_Unauthorized`."""
+    if not values:
+        raise _Unauthorized(_MISSING)
+    if len(values) > 1:
+        raise _Unauthorized("more than one Authorization header: send exactly one, `Authorization: Bearer TOKEN`")
+    value = values[0]
+    scheme, space, token = value.partition(" ")
+    if scheme.lower() != "bearer":  # the scheme's case is free (RFC 7235 §2.1); another scheme is no token
+        raise _Unauthorized(_MISSING)
+    if not space or not token or token != token.strip():
+        raise _Unauthorized("malformed Authorization header: expected exactly `Bearer TOKEN`, with one space")
+    return token
+
+
 def _principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
-    if credentials is None:
-        raise _Unauthorized("missing token: send `Authorization: Bearer TOKEN`")
+    # `credentials` (FastAPI's lenient parse) is there so that the schema names the security scheme; the
+    # header itself is read here, strictly.
+    token = bearer_token(request.headers.getlist("authorization"))
     tokens: _Tokens = request.app.state.tokens
-    who = tokens.principal(credentials.credentials)
+    who = tokens.principal(token)
     if who is None:
         raise _Unauthorized("unknown token")
     return who
@@ -466,7 +539,28 @@ Who = Annotated[Principal, Depends(_principal)]
 
 def _not_found(job_id: str) -> BadRequest:
     # The controller's own words for an unknown job: another tenant's job must look exactly the same.
-    return BadRequest(404, f"no job {job_id!r}")
+    return BadRequest(404, f"no job {_echo(job_id)}")
+
+
+def _echo(value: object) -> str:
+    """``value`` as an error message quotes it: ``repr``, cut to :data:`MAX_ECHO_CHARS` (a message that sent 10 KB
+    back would let a caller make the server's answers, and its clients' screens, as large as the body limit)."""
+    shown = repr(value)
+    return shown if len(shown) <= MAX_ECHO_CHARS else shown[: MAX_ECHO_CHARS - 4] + "..." + shown[-1]
+
+
+# A quoted value in a message made elsewhere (the controller's checks quote what they refuse with repr).
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
+MAX_DETAIL_CHARS = 2000
+
+
+def _capped(detail: str) -> str:
+    """An error message with every quoted value in it cut to :data:`MAX_ECHO_CHARS`, and the whole to
+    :data:`MAX_DETAIL_CHARS`: the last guard, for messages made outside this module."""
+    detail = _QUOTED.sub(
+        lambda m: m[0] if len(m[0]) <= MAX_ECHO_CHARS else m[0][: MAX_ECHO_CHARS - 4] + "..." + m[0][0], detail
+    )
+    return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
 
 
 # ==============================================================================================================
@@ -556,8 +650,9 @@ async def _plain_error(scope: Scope, receive: Receive, send: Send, status: int, 
     await response(scope, receive, send)
 
 
-def _readable(errors: Sequence[Any]) -> str:
-    """FastAPI's validation errors as one sentence a person can act on."""
+def _readable(errors: Sequence[Any], json_body: bool = True) -> str:
+    """FastAPI's validation errors as one sentence a person can act on, naming each field. ``json_body``: the
+    request said its body is JSON (else a body error is, first, that it is not)."""
     parts = []
     for e in errors:
         loc = [str(x) for x in e.get("loc", ())]
@@ -568,10 +663,13 @@ def _readable(errors: Sequence[Any]) -> str:
             continue
         where = loc[0] if loc else "request"
         field = ".".join(loc[1:])
+        if where == "body" and not field and not json_body:
+            parts.append("the body must be a JSON object sent with `Content-Type: application/json`")
+            continue
         if where == "body":
-            name = f"field {field!r}" if field else "the body"
+            name = f"field {_echo(field)}" if field else "the body"
         elif where in ("query", "path", "header"):
-            name = f"{where} parameter {field!r}"
+            name = f"{where} parameter {_echo(field)}"
         else:
             name = ".".join(loc) or "the request"
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
@@ -588,17 +686,77 @@ def _readable(errors: Sequence[Any]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _is_json(content_type: str | None) -> bool:
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def _phases(values: Any) -> Any:
+    """The ``phase`` query: each value one phase or several, comma-separated (``phase=pending,running``)."""
+    if not isinstance(values, list):
+        return values
+    out: list[str] = []
+    for value in values:
+        if not isinstance(value, str):
+            return values  # let the schema's own check say what is wrong
+        for word in value.split(","):
+            word = word.strip()
+            if word not in _PHASE_NAMES:
+                raise ValueError(f"unknown phase {_echo(word)}; one of {', '.join(_PHASE_NAMES)}")
+            out.append(word)
+    return out
+
+
+_PHASE_NAMES = tuple(p.value for p in JobPhase)
+PhaseQuery = Annotated[list[PhaseName], BeforeValidator(_phases)]
+
+
+# -- cursors --------------------------------------------------------------------------------------------------
+# A cursor is the id of the last job of a page and the order it was read in, encoded: opaque to clients, so
+# that its form can change. The next page starts after that job's place in submission order.
+def encode_cursor(job_id: str, newest_first: bool) -> str:
+    raw = f"{'n' if newest_first else 'o'}:{job_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, bool] | None:
+    """``(job_id, newest_first)``, or ``None`` for a string this server did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, ValueError):
+        return None
+    order, colon, job_id = raw.partition(":")
+    if not colon or order not in ("n", "o") or not job_id:
+        return None
+    return job_id, order == "n"
+
+
 # ==============================================================================================================
 # The app
 # ==============================================================================================================
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorOut, "description": "No token, or an unknown one."},
-    422: {"model": ErrorOut, "description": "A body or query that does not fit the schema."},
+_STATUS: dict[int, str] = {
+    400: "A malformed request (a bad Content-Length header).",
+    401: "No token, a malformed Authorization header, or an unknown token.",
+    413: "A body above the server's max_body_bytes.",
+    422: "A body or query that does not fit the schema.",
+    503: "The controller did not answer in time.",
 }
-_JOB_ERRORS: dict[int | str, dict[str, Any]] = {
-    **_ERRORS,
-    404: {"model": ErrorOut, "description": "No such job (or another tenant's)."},
-}
+
+
+def _responses(**specific: str) -> dict[int | str, dict[str, Any]]:
+    """The error responses of a route: those every route with a token can give, and ``specific`` ones
+    (``_404="..."``), each with corral's error body."""
+    out: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorOut, "description": words} for code, words in _STATUS.items() if code != 422
+    }
+    for key, words in specific.items():
+        out[int(key.lstrip("_"))] = {"model": ErrorOut, "description": words}
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+_NO_JOB = "No such job (or another tenant's: it looks the same)."
+# Declared on every route with a parameter, as corral's error body: FastAPI would otherwise declare its own shape.
+_BAD_PARAMETER = "A parameter that does not fit the schema."
 
 
 def create_app(controller: Controller) -> FastAPI:
@@ -610,6 +768,7 @@ def create_app(controller: Controller) -> FastAPI:
     assert config.admin_token is not None
     tokens = _Tokens(config.admin_token, {t.token: t.name for t in config.tenants if t.token is not None})
     tenant_names = [t.name for t in config.tenants]
+    store = controller.store
 
     app = FastAPI(
         title="corral",
@@ -628,36 +787,61 @@ def create_app(controller: Controller) -> FastAPI:
     app.add_middleware(CatchAll)
 
     # -- errors ------------------------------------------------------------------------------------------------
+    def error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"detail": _capped(detail)}, status_code=status, headers=headers)
+
     @app.exception_handler(BadRequest)
     async def _bad_request(request: Request, exc: BadRequest) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        return error(exc.status, exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _readable(exc.errors())}, status_code=422)
+        return error(422, _readable(exc.errors(), _is_json(request.headers.get("content-type"))))
 
     @app.exception_handler(JobSpecError)
     async def _bad_spec(request: Request, exc: JobSpecError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return error(422, str(exc))
 
     @app.exception_handler(_Unauthorized)
     async def _unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return error(401, exc.message, {"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError):
+            # FastAPI's body parsing fails so on bytes that are not UTF-8: a body that is not JSON, as the
+            # docs promise (422), and where.
+            return error(422, f"the body is not valid JSON (it is not UTF-8 text: byte {cause.start})")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the methods of the first route that matched the path; say all of them.
+            headers["Allow"] = ", ".join(_allowed(app, request.scope))
+        detail = exc.detail if isinstance(exc.detail, str) else "error"
+        return error(exc.status_code, detail, headers or None)
 
     @app.exception_handler(CorralError)
     async def _corral_error(request: Request, exc: CorralError) -> JSONResponse:
         if isinstance(exc, InvariantViolation):  # a bug in corral, not the caller's doing
             log.error("invariant violated serving %s %s: %s", request.method, request.url.path, exc)
-            return JSONResponse({"detail": "internal server error (the server's log says more)"}, status_code=500)
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+            return error(500, "internal server error (the server's log says more)")
+        return error(503, str(exc))
 
     def visible(who: Principal, job_id: str) -> JobRecord:
-        record = controller.job(job_id)
+        try:
+            record = controller.job(job_id)
+        except BadRequest as e:
+            if e.status == 404:
+                raise _not_found(job_id) from None
+            raise
         if not who.sees(record.request.tenant):
             raise _not_found(job_id)
         return record
 
-    order: Sequence[int] | None = getattr(controller, "gpu_order", None)
+    def unknown_tenant(tenant: str) -> BadRequest:
+        return BadRequest(404, f"unknown tenant {_echo(tenant)}; tenants here: {', '.join(sorted(tenant_names))}")
+
+    gpu_order: Sequence[int] | None = getattr(controller, "gpu_order", None)
 
     # -- jobs --------------------------------------------------------------------------------------------------
     @app.post(
@@ -665,12 +849,11 @@ def create_app(controller: Controller) -> FastAPI:
         status_code=201,
         tags=["jobs"],
         summary="Submit a job",
-        responses={
-            **_ERRORS,
-            403: {"model": ErrorOut, "description": "Submitting for another tenant with a tenant's token."},
-            404: {"model": ErrorOut, "description": "Unknown tenant."},
-            413: {"model": ErrorOut, "description": "Body too large."},
-        },
+        responses=_responses(
+            _403="Submitting for another tenant with a tenant's token.",
+            _404="Unknown tenant.",
+            _422="A body that does not fit the schema, or a job that can never run here.",
+        ),
     )
     def submit(body: JobSubmission, who: Who) -> JobOut:
         """Queue a job. It is committed to the store before this answers; the scheduler places it when it can.
@@ -678,7 +861,9 @@ def create_app(controller: Controller) -> FastAPI:
         refused with 422 and nothing is queued."""
         if who.tenant is not None:
             if body.tenant is not None and body.tenant != who.tenant:
-                raise BadRequest(403, f"this token is tenant {who.tenant!r}'s; it cannot submit for {body.tenant!r}")
+                raise BadRequest(
+                    403, f"this token is tenant {who.tenant!r}'s; it cannot submit for {_echo(body.tenant)}"
+                )
             tenant = who.tenant
         elif body.tenant is not None:
             tenant = body.tenant
@@ -689,7 +874,7 @@ def create_app(controller: Controller) -> FastAPI:
                 422, f"tenant is required with the admin token; tenants here: {', '.join(sorted(tenant_names))}"
             )
         if tenant not in tenant_names:
-            raise BadRequest(404, f"unknown tenant {tenant!r}; tenants here: {', '.join(sorted(tenant_names))}")
+            raise unknown_tenant(tenant)
         request = JobRequest(
             command=tuple(body.command),
             tenant=tenant,
@@ -702,53 +887,87 @@ def create_app(controller: Controller) -> FastAPI:
             gpu_mem_mib=body.gpu_mem_mib,
             priority=body.priority,
         )
-        return job_out(controller.submit(request), order)
+        return job_out(controller.submit(request), gpu_order)
 
     @app.get(
         "/v1/jobs",
         tags=["jobs"],
-        summary="List jobs",
-        responses={**_ERRORS, 403: {"model": ErrorOut, "description": "Another tenant's jobs."}},
+        summary="List jobs, a page at a time",
+        responses=_responses(
+            _403="Another tenant's jobs.",
+            _404="Unknown tenant.",
+            _422="A query that does not fit the schema, or a cursor this server did not give.",
+        ),
     )
     def list_jobs(
         who: Who,
-        tenant: Annotated[str | None, Query(description="Only this tenant's jobs.")] = None,
+        tenant: Annotated[str | None, Query(max_length=64, description="Only this tenant's jobs.")] = None,
         phase: Annotated[
-            list[str] | None,
+            PhaseQuery | None,
             Query(
                 description="Only jobs in these phases (repeat, or comma-separate): pending, running, finished, "
                 "failed, cancelled, rejected."
             ),
         ] = None,
-        limit: Annotated[int | None, Query(ge=1, le=MAX_LIST_LIMIT, description="Only the newest N.")] = None,
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_PAGE, description=f"The most jobs in the page (default {DEFAULT_PAGE}).")
+        ] = DEFAULT_PAGE,
+        cursor: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=200,
+                description="Where the page starts: the `next_cursor` of the page before (opaque).",
+            ),
+        ] = None,
+        order: Annotated[
+            Literal["oldest", "newest"],
+            Query(description="oldest: submission order (the default); newest: the newest job first."),
+        ] = "oldest",
     ) -> JobList:
-        """Jobs in submission order. A tenant's token lists only that tenant's jobs."""
+        """The jobs that match, one page at a time: ``total`` says how many match in all, and ``next_cursor``
+        gives the next page. A tenant's token lists and counts only that tenant's jobs."""
         if who.tenant is not None:
             if tenant is not None and tenant != who.tenant:
-                raise BadRequest(403, f"this token is tenant {who.tenant!r}'s; it cannot list {tenant!r}'s jobs")
+                raise BadRequest(403, f"this token is tenant {who.tenant!r}'s; it cannot list {_echo(tenant)}'s jobs")
             tenant = who.tenant
         elif tenant is not None and tenant not in tenant_names:
-            raise BadRequest(404, f"unknown tenant {tenant!r}; tenants here: {', '.join(sorted(tenant_names))}")
-        phases: list[JobPhase] | None = None
-        if phase:
-            phases = []
-            for word in (w.strip() for p in phase for w in p.split(",")):
-                if not word:
-                    continue
-                try:
-                    phases.append(JobPhase(word))
-                except ValueError:
-                    known = ", ".join(p.value for p in JobPhase)
-                    raise BadRequest(422, f"query parameter 'phase': unknown phase {word!r}; one of {known}") from None
-        records = controller.jobs(tenant=tenant, phases=phases, limit=limit)
-        return JobList(jobs=[job_out(r, order) for r in records])
+            raise unknown_tenant(tenant)
+        phases = None if phase is None else [JobPhase(p) for p in phase]
+        newest_first = order == "newest"
+        after: str | None = None
+        if cursor is not None:
+            decoded = decode_cursor(cursor)
+            # A cursor naming a job the caller may not see is refused like garbage: no answer tells whether
+            # another tenant's job exists.
+            found = None if decoded is None else store.get(decoded[0])
+            if decoded is None or found is None or not who.sees(found.request.tenant):
+                raise BadRequest(422, "query parameter 'cursor': not a cursor this server gave")
+            if decoded[1] != newest_first:
+                raise BadRequest(422, f"query parameter 'cursor': it was given for another order than {order!r}")
+            after = decoded[0]
+        records = controller.jobs(tenant=tenant, phases=phases, limit=limit + 1, after=after, newest_first=newest_first)
+        more = len(records) > limit  # one more than asked: whether a next page exists, without counting
+        records = records[:limit]
+        return JobList(
+            jobs=[job_out(r, gpu_order) for r in records],
+            total=store.count(tenant=tenant, phases=phases),
+            next_cursor=encode_cursor(records[-1].job_id, newest_first) if more else None,
+        )
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="One job", responses=_JOB_ERRORS)
+    @app.get(
+        "/v1/jobs/{job_id}", tags=["jobs"], summary="One job", responses=_responses(_404=_NO_JOB, _422=_BAD_PARAMETER)
+    )
     def get_job(job_id: str, who: Who) -> JobOut:
         """A job with its process and latest telemetry."""
-        return job_out(visible(who, job_id), order)
+        return job_out(visible(who, job_id), gpu_order)
 
-    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], summary="A job's history", responses=_JOB_ERRORS)
+    @app.get(
+        "/v1/jobs/{job_id}/events",
+        tags=["jobs"],
+        summary="A job's history",
+        responses=_responses(_404=_NO_JOB, _422=_BAD_PARAMETER),
+    )
     def job_events(job_id: str, who: Who) -> EventList:
         """What happened to the job, oldest first: submitted, started, preempted, exited, finished, ..."""
         visible(who, job_id)
@@ -757,7 +976,12 @@ def create_app(controller: Controller) -> FastAPI:
             job_id=job_id, events=[EventOut(time_s=e.time_s, kind=e.kind, detail=e.detail) for e in events]
         )
 
-    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], summary="A chunk of a job's output", responses=_JOB_ERRORS)
+    @app.get(
+        "/v1/jobs/{job_id}/logs",
+        tags=["jobs"],
+        summary="A chunk of a job's output",
+        responses=_responses(_404=_NO_JOB, _422=_BAD_PARAMETER),
+    )
     def job_logs(
         job_id: str,
         who: Who,
@@ -768,7 +992,8 @@ def create_app(controller: Controller) -> FastAPI:
     ) -> LogChunk:
         """The job's stdout and stderr (one file, across its runs) from byte ``offset``. Poll with
         ``offset=next_offset`` to follow; ``complete`` says the job has ended and nothing more will come. Before the
-        job starts the chunk is empty."""
+        job starts the chunk is empty. The text is the job's own output, as it wrote it (terminal escape sequences
+        included)."""
         record = visible(who, job_id)
         ended = record.phase.is_terminal and record.process.phase is ProcessPhase.NONE
         path: Path = controller.log_path(job_id)
@@ -805,29 +1030,49 @@ def create_app(controller: Controller) -> FastAPI:
         "/v1/jobs/{job_id}/cancel",
         tags=["jobs"],
         summary="Cancel a job",
-        responses={**_JOB_ERRORS, 409: {"model": ErrorOut, "description": "The job already ended."}},
+        responses=_responses(_404=_NO_JOB, _409="The job already ended.", _422=_BAD_PARAMETER),
     )
     def cancel_job(job_id: str, who: Who) -> JobOut:
         """Cancel a pending or running job: a running one is stopped (its process gets SIGTERM, then SIGKILL
         after the grace period). Answers with the job as it stands right after the request."""
         visible(who, job_id)
-        return job_out(controller.cancel(job_id), order)
+        return job_out(controller.cancel(job_id), gpu_order)
 
     # -- cluster -----------------------------------------------------------------------------------------------
-    @app.get("/v1/cluster", tags=["cluster"], summary="The cluster", responses=_ERRORS)
+    @app.get("/v1/cluster", tags=["cluster"], summary="The cluster", responses=_responses())
     def get_cluster(who: Who) -> ClusterOut:
-        """Every GPU with its type, whether it is a stand-in, its jobs and their shares, and the queue's size.
-        With a tenant's token, other tenants' jobs show their shares only."""
+        """Every GPU with its type, whether it is a stand-in, whether it is busy, its jobs and their shares, and
+        the queue's size. With a tenant's token: that tenant's jobs and counts only (docs/live.md, "What a tenant
+        sees")."""
         return cluster_out(controller.cluster(), who.tenant)
 
-    @app.get("/v1/tenants", tags=["cluster"], summary="Tenants", responses=_ERRORS)
+    @app.get("/v1/tenants", tags=["cluster"], summary="Tenants", responses=_responses())
     def get_tenants(who: Who) -> TenantList:
         """Each tenant's quota and what it holds. With a tenant's token, only that tenant."""
         return TenantList(tenants=[tenant_out(t) for t in controller.tenants() if who.sees(t.name)])
 
-    @app.get("/v1/health", tags=["health"], summary="Liveness")
+    @app.get(
+        "/v1/health",
+        tags=["health"],
+        summary="Liveness",
+        responses={
+            400: {"model": ErrorOut, "description": _STATUS[400]},
+            413: {"model": ErrorOut, "description": _STATUS[413]},
+        },
+    )
     def health() -> Health:
         """Answers while the server runs; needs no token."""
         return Health(status="ok", version=__version__)
 
     return app
+
+
+def _allowed(app: FastAPI, scope: Scope) -> list[str]:
+    """The methods some route of ``app`` takes at ``scope``'s path."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**scope, "method": "GET"})  # the path alone decides: any method would do
+        route_methods = getattr(route, "methods", None)
+        if match is not Match.NONE and route_methods:
+            methods |= set(route_methods)
+    return sorted(methods)

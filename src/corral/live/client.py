@@ -11,7 +11,7 @@ This module imports neither FastAPI nor the controller, so the client commands s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypedDict, cast
@@ -21,6 +21,8 @@ import httpx
 
 from corral.core.errors import ConfigError, CorralError
 from corral.live.config import ADMIN_TOKEN_FILE, SERVER_FILE
+
+MAX_PAGE = 1000  # the most jobs the server puts in a page (corral.live.api.MAX_PAGE)
 
 
 class ClientError(CorralError):
@@ -87,6 +89,12 @@ class JobJson(TypedDict):
     telemetry: TelemetryJson | None
 
 
+class JobListJson(TypedDict):
+    jobs: list[JobJson]
+    total: int
+    next_cursor: str | None
+
+
 class EventJson(TypedDict):
     time_s: float
     kind: str
@@ -103,8 +111,8 @@ class LogChunkJson(TypedDict):
 
 
 class GpuJobJson(TypedDict):
-    job_id: str | None
-    tenant: str | None
+    job_id: str
+    tenant: str
     gpu_milli: int
     opportunistic: bool
 
@@ -116,6 +124,7 @@ class GpuJson(TypedDict):
     mem_mib: int
     stand_in: bool
     allocated_milli: int
+    busy: bool
     jobs: list[GpuJobJson]
     sm_util: float | None
     mem_used_mib: int | None
@@ -239,9 +248,16 @@ class Client:
                 body[key] = value
         return cast(JobJson, self._request("POST", "/v1/jobs", json=body))
 
-    def jobs(
-        self, *, tenant: str | None = None, phases: Iterable[str] | None = None, limit: int | None = None
-    ) -> list[JobJson]:
+    def jobs_page(
+        self,
+        *,
+        tenant: str | None = None,
+        phases: Iterable[str] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        newest_first: bool = False,
+    ) -> JobListJson:
+        """One page of the job list (the server's default size unless ``limit``), from ``cursor`` on."""
         params: list[tuple[str, str]] = []
         if tenant is not None:
             params.append(("tenant", tenant))
@@ -249,7 +265,43 @@ class Client:
             params.append(("phase", phase))
         if limit is not None:
             params.append(("limit", str(limit)))
-        return cast(list[JobJson], self._request("GET", "/v1/jobs", params=params)["jobs"])
+        if cursor is not None:
+            params.append(("cursor", cursor))
+        if newest_first:
+            params.append(("order", "newest"))
+        return cast(JobListJson, self._request("GET", "/v1/jobs", params=params))
+
+    def iter_jobs(
+        self,
+        *,
+        tenant: str | None = None,
+        phases: Iterable[str] | None = None,
+        newest_first: bool = False,
+        page_size: int = MAX_PAGE,
+    ) -> Iterator[JobJson]:
+        """Every job that matches, page after page."""
+        wanted = list(phases or ())
+        cursor: str | None = None
+        while True:
+            page = self.jobs_page(
+                tenant=tenant, phases=wanted, limit=page_size, cursor=cursor, newest_first=newest_first
+            )
+            yield from page["jobs"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    def jobs(
+        self, *, tenant: str | None = None, phases: Iterable[str] | None = None, limit: int | None = None
+    ) -> list[JobJson]:
+        """The jobs that match, in submission order: all of them, or the first ``limit``."""
+        out: list[JobJson] = []
+        size = MAX_PAGE if limit is None else max(1, min(limit, MAX_PAGE))
+        for job in self.iter_jobs(tenant=tenant, phases=phases, page_size=size):
+            out.append(job)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def job(self, job_id: str) -> JobJson:
         return cast(JobJson, self._request("GET", f"/v1/jobs/{_id(job_id)}"))

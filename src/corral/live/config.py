@@ -24,33 +24,45 @@ Example ``corral.toml``::
     name = "nlp"
     quota_gpus = 2
     token_env = "CORRAL_TOKEN_NLP"
+    run_as = "nlp-jobs"         # run its jobs as this Unix user (corral serve must run as root)
 
 Keys of ``[server]``: ``host``, ``port`` (1..65535), ``policy``, ``gpus`` (stand-in GPUs, 1..4096),
 ``stand_in_mem_mib``, ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or ``admin_token_env``.
-Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``. Without
+Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
+
+``run_as`` names the Unix user the tenant's jobs run as (uid, primary gid and supplementary groups), so that they
+cannot read the server's state or other tenants' files (see the trust model in ``docs/live.md``). The user must
+exist and must not be root, ``corral serve`` must run as root, and no two tenants may share a user. When some
+tenants have a ``run_as`` and the server runs as root, every tenant must have one: the jobs of one without would
+run as root.
 
 The admin token sees and acts on every tenant's jobs. When the configuration gives none, :func:`ensure_admin_token`
 generates one on the first start and keeps it in ``state_dir/admin.token`` (mode 0600), reused on later starts;
 ``corral serve`` also writes ``state_dir/server.json`` (the URL and the server's pid) so that the other ``corral``
-commands find the server and the token by themselves.
+commands find the server and the token by themselves. The state directory is made 0700 and these files 0600,
+also when they existed before.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
+import pwd
 import re
 import secrets
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corral.core.errors import ConfigError, InputError
+from corral.core.toml import parse_toml
+
+log = logging.getLogger("corral.live.config")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8473
@@ -74,7 +86,7 @@ _SERVER_KEYS = (
     "admin_token",
     "admin_token_env",
 )
-_TENANT_KEYS = ("name", "quota_gpus", "token", "token_env")
+_TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
 _CLI = "<command line>"
 _NOTHING = object()
 _FLAGS = {
@@ -120,12 +132,13 @@ class ConfigFileError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class TenantConfig:
-    """A tenant: its name, its GPU quota (``None``: no promise and no cap) and its own API token (``None``: the
-    tenant is used through the admin token only)."""
+    """A tenant: its name, its GPU quota (``None``: no promise and no cap), its own API token (``None``: the
+    tenant is used through the admin token only) and the Unix user its jobs run as (``None``: the server's)."""
 
     name: str
     quota_gpus: int | None = None
     token: str | None = None
+    run_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,11 +205,9 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         except OSError as e:
             raise ConfigFileError(f"cannot read the configuration file: {e.strerror or e}", file=file) from None
         try:
-            data = tomllib.loads(raw.decode("utf-8"))
+            data = parse_toml(raw.decode("utf-8"), file=file)  # not TOML: a located TomlError (an InputError)
         except UnicodeDecodeError:
             raise ConfigFileError("not UTF-8 text", file=file, expected="a TOML file") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigFileError(f"not valid TOML: {e}", file=file) from None
         base_dir = p.resolve().parent
 
     for key in data:
@@ -231,6 +242,8 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         values["admin_token"] = token
 
     values["tenants"] = _tenants(data.get("tenants"), file)
+    if path is not None and ("admin_token" in server or any(t.token for t in values["tenants"])):
+        _warn_if_readable(Path(path))
 
     # Command-line flags win over the file; they are checked like the file's values, named as flags.
     policy_from = (file, "server.policy")
@@ -265,8 +278,9 @@ def ensure_admin_token(config: ServeConfig) -> ServeConfig:
         return config
     path = config.admin_token_path
     try:
-        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_state_dir(config.state_dir)
         if path.exists():
+            os.chmod(path, 0o600)  # kept by an earlier corral that may have been less careful
             token = path.read_text(encoding="utf-8").strip()
             if len(token) < MIN_TOKEN_CHARS:
                 raise ConfigFileError(
@@ -289,12 +303,24 @@ def write_server_file(config: ServeConfig, url: str, pid: int) -> Path:
     path = config.server_file
     tmp = path.with_name(path.name + ".tmp")
     try:
-        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp.write_text(json.dumps({"url": url, "pid": pid}) + "\n", encoding="utf-8")
+        make_state_dir(config.state_dir)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, 0o600)
+            f.write(json.dumps({"url": url, "pid": pid}) + "\n")
         os.replace(tmp, path)
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
     return path
+
+
+def make_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` (0700), or make an existing one 0700 when it is looser. (The agent opens it to 0711
+    when a tenant's run_as user must pass through; see :mod:`corral.live.agent`.)"""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = state_dir.stat().st_mode & 0o777
+    if mode & 0o066:  # readable or writable by others: never right, whatever corral did before
+        os.chmod(state_dir, 0o700)
 
 
 def remove_server_file(config: ServeConfig, pid: int) -> None:
@@ -380,6 +406,21 @@ def _token(table: Mapping[str, Any], key: str, env_key: str, file: str, name: st
     return None
 
 
+def _warn_if_readable(path: Path) -> None:
+    """A configuration that gives tokens literally should be the server's alone to read."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o044:
+        log.warning(
+            "%s gives API tokens and is readable by other users (mode %04o): chmod 600 it, or give the tokens "
+            "through token_env / admin_token_env",
+            path,
+            mode,
+        )
+
+
 def _check_token(token: str, file: str, key: str) -> None:
     if len(token) < MIN_TOKEN_CHARS or token != token.strip() or not token.isprintable():
         raise ConfigFileError(
@@ -417,7 +458,8 @@ def _tenants(raw: Any, file: str) -> tuple[TenantConfig, ...]:
             )
         quota = _int(entry, "quota_gpus", file, name, low=0) if "quota_gpus" in entry else None
         token = _token(entry, "token", "token_env", file, name)
-        out.append(TenantConfig(tenant_name, quota, token))
+        run_as = _string(entry, "run_as", file, name) if "run_as" in entry else None
+        out.append(TenantConfig(tenant_name, quota, token, run_as))
     return tuple(out)
 
 
@@ -452,6 +494,57 @@ def _check_config_values(values: Mapping[str, Any], file: str) -> None:
                     expected="a token of its own for each tenant and the admin",
                 )
             tokens[t.token] = f"tenants[{i}].token"
+    _check_run_as(tenants, file)
+
+
+def _check_run_as(tenants: tuple[TenantConfig, ...], file: str) -> None:
+    """Each ``run_as`` names an existing unprivileged user of its own, and the server can become it (see the
+    module docstring)."""
+    users: dict[int, str] = {}
+    for i, t in enumerate(tenants):
+        if t.run_as is None:
+            continue
+        column = f"tenants[{i}].run_as"
+        if not isinstance(t.run_as, str) or not t.run_as.strip():
+            raise ConfigFileError("bad value", file=file, column=column, expected="a Unix user name", got=t.run_as)
+        try:
+            uid = pwd.getpwnam(t.run_as).pw_uid
+        except KeyError:
+            raise ConfigFileError(
+                f"no Unix user {t.run_as!r} on this machine",
+                file=file,
+                column=column,
+                expected="an existing user (create it with useradd)",
+            ) from None
+        if uid == 0:
+            raise ConfigFileError(
+                "a tenant's jobs must not run as root", file=file, column=column, expected="an unprivileged user"
+            )
+        if os.geteuid() != 0:
+            raise ConfigFileError(
+                f"corral serve runs as uid {os.geteuid()}, not root, so it cannot start jobs as {t.run_as!r}",
+                file=file,
+                column=column,
+                expected="corral serve run as root, or no run_as",
+            )
+        if uid in users:
+            raise ConfigFileError(
+                f"the same user as {users[uid]}: these tenants' jobs could read each other's files",
+                file=file,
+                column=column,
+                expected="a user of its own for each tenant",
+            )
+        users[uid] = column
+    if users and os.geteuid() == 0:
+        for i, t in enumerate(tenants):
+            if t.run_as is None:
+                raise ConfigFileError(
+                    "no run_as: a server running as root would run this tenant's jobs as root, able to read "
+                    "every other tenant's files and the server's",
+                    file=file,
+                    column=f"tenants[{i}].run_as",
+                    expected=f"a user of its own, as {next(iter(users.values()))} has",
+                )
 
 
 def _check_config(config: ServeConfig, file: str) -> None:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from corral.core import contract
 from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
 from corral.core.errors import CorralError, InvariantViolation
-from corral.core.events import JobCancelled, JobFailed, JobFinished, JobInterrupted, TimerFired
+from corral.core.events import JobCancelled, JobFailed, JobFinished, JobInterrupted, JobSubmitted, TimerFired
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
@@ -419,28 +419,68 @@ class Controller:
                 pass
             try:
                 self._turn(self.clock.now(), items)
-            except Exception:  # a bug; keep serving the API but say so loudly
+            except Exception:  # a bug outside any one item (committing the turn): keep serving, say so loudly
+                self.failed_items += 1
                 log.exception("controller turn failed")
                 for item in items:
                     if item.done is not None and not item.done.is_set():
                         item.error = CorralError("the controller failed on this request; see its log")
                         item.done.set()
 
+    failed_items: int = 0
+    """Inbox items and engine events whose handling raised (each logged with its traceback): a bug to look at;
+    the other items of the same turn were applied all the same."""
+
     def _turn(self, now: float, items: Iterable[_Item]) -> None:
+        """Apply the inbox's items, run the engine's due events, commit, act. Each item, and each engine event, is
+        applied or fails on its own: an exception while handling one (a bug: bad input stops at the edge, see
+        :func:`corral.core.contract.decode`) is logged with its traceback, counted in :attr:`failed_items` and
+        handed to the item's waiter, and never takes the turn's other items (other tenants' submissions and
+        reports) with it. An accepted submission is never dropped: it is in the store before it is queued, the
+        engine takes it in this very turn, and one that the engine could not take ends REJECTED with the reason,
+        instead of staying pending unseen."""
         self._turn_now = now
         waiting = []  # answered after the turn is committed: a cancel's caller then reads the ended job
+        submitted: list[JobSpec] = []
+        cancels: list[str] = []
         for item in items:
-            if item.kind == "submit":
-                spec, request = item.payload
-                self._requests[spec.job_id] = request
-                self.engine.submit(spec)
-            elif item.kind == "cancel":
-                self.engine.schedule(now, JobCancelled(item.payload, "cancelled by a user"))
-            elif item.kind == "report":
-                self._on_report(item.payload, now)
+            try:
+                if item.kind == "submit":
+                    spec, request = item.payload
+                    self._requests[spec.job_id] = request
+                    submitted.append(spec)
+                    # Due now (not at the clock's later reading, as Engine.submit would), so that the engine
+                    # takes it in this turn and the check below can tell a job the engine failed to take.
+                    self.engine.schedule(max(spec.submit_s, now), JobSubmitted(spec))
+                elif item.kind == "cancel":
+                    cancels.append(item.payload)
+                elif item.kind == "report":
+                    self._on_report(item.payload, now)
+            except Exception as e:
+                self.failed_items += 1
+                log.exception(
+                    "controller: a %s item failed (%r); the turn's other items go on", item.kind, item.payload
+                )
+                item.error = e
             if item.done is not None:
                 waiting.append(item)
-        self.engine.run(until_s=now)
+        self._run_engine(now)
+        if cancels:  # after the submissions: a job cancelled right after it was submitted is known by now
+            for job_id in cancels:
+                if job_id in self.state:  # else it ended already (the API checked that it exists)
+                    self.engine.schedule(now, JobCancelled(job_id, "cancelled by a user"))
+            self._run_engine(now)
+        queue_ = self.engine.queue
+        if queue_ and queue_.peek_time() <= now:
+            log.error("controller: engine events still due after repeated failures; the next turn takes them")
+        else:
+            for spec in submitted:
+                if spec.submit_s <= now and spec.job_id not in self.state:  # it failed: say so, durably
+                    lost = JobStatus(spec=spec, phase=JobPhase.REJECTED, queued_since_s=spec.submit_s)
+                    lost.reason = "the scheduler failed to take this job (a bug; see the server's log)"
+                    lost.end_s = now
+                    self._turn_changes.jobs[spec.job_id] = lost
+                    self.note(spec.job_id, JobPhase.REJECTED.value, lost.reason)
         self._flush(now)
         for item in waiting:
             if item.kind == "call":
@@ -450,6 +490,20 @@ class Controller:
                     item.error = e
             assert item.done is not None
             item.done.set()
+
+    def _run_engine(self, now: float) -> None:
+        """Run the engine's due events (part of :meth:`_turn`). An event whose handling raises has been taken off
+        the queue: running again goes on with the next one, so one bad event costs only itself; the round that
+        the events handled before it called for is asked for again (a timer now). The retries are bounded: a
+        policy that fails every round is logged every turn."""
+        for _ in range(len(self.engine.queue) + 2):
+            try:
+                self.engine.run(until_s=now)
+                return
+            except Exception:
+                self.failed_items += 1
+                log.exception("controller: an engine event failed; the turn's other events go on")
+                self.engine.schedule(now, TimerFired("after a failed event"))
 
     def _flush(self, now: float) -> None:
         """Commit the turn's changes, then act on them (the durability rule)."""
@@ -535,6 +589,8 @@ class Controller:
         request = self._request_of(job.spec)
         placement = job.placement
         assert placement is not None
+        tenant = job.spec.tenant
+        tenant_config = self.config.tenant(tenant) if self.config is not None else None
         return LaunchRequest(
             job_id=job.spec.job_id,
             run=run,
@@ -542,6 +598,8 @@ class Controller:
             cwd=request.cwd,
             env=request.env,
             gpus=tuple(self.gpu_order[g] for g in placement.gpus),
+            tenant=tenant,
+            run_as=tenant_config.run_as if tenant_config is not None else None,
             gpu_milli=placement.gpu_milli,
             mem_mib=placement.mem_mib,
             grace_s=self.grace_s,
@@ -669,10 +727,15 @@ class Controller:
         """Check a request, commit it, and queue it for the loop. Raises :class:`BadRequest`, changing nothing."""
         self._check(request)
         job_class = JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED
+        from corral.live.records import new_job_id
+
         with self._submit_lock:
-            seq = self.store.next_seq()
+            seq = self.store.next_seq()  # the order of submission, kept inside; the id users see is opaque
+            job_id = new_job_id()
+            while self.store.has(job_id):
+                job_id = new_job_id()
             spec = JobSpec(
-                job_id=str(seq),
+                job_id=job_id,
                 submit_s=self.clock.now(),
                 num_gpus=request.num_gpus,
                 tenant=request.tenant,
@@ -746,9 +809,18 @@ class Controller:
         return self._with_telemetry(record)
 
     def jobs(
-        self, *, tenant: str | None = None, phases: Iterable[JobPhase] | None = None, limit: int | None = None
+        self,
+        *,
+        tenant: str | None = None,
+        phases: Iterable[JobPhase] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
-        return [self._with_telemetry(r) for r in self.store.jobs(tenant=tenant, phases=phases, limit=limit)]
+        """Jobs in submission order (or newest first), filtered; a page of ``limit`` after the job ``after``
+        (see :meth:`Store.jobs`)."""
+        records = self.store.jobs(tenant=tenant, phases=phases, limit=limit, after=after, newest_first=newest_first)
+        return [self._with_telemetry(r) for r in records]
 
     def events(self, job_id: str) -> list[JobEvent]:
         self.job(job_id)
@@ -804,11 +876,18 @@ class Controller:
     def _cluster_snapshot(self) -> ClusterSnapshot:
         topo, state = self.topology, self.state
         per_gpu: list[list[GpuJob]] = [[] for _ in range(topo.num_gpus)]
+        running_by: dict[str, int] = {}
+        pending_by: dict[str, int] = {}
         for job in state.running():
             p = job.placement
             assert p is not None
+            running_by[job.spec.tenant] = running_by.get(job.spec.tenant, 0) + 1
             for g in p.gpus:
                 per_gpu[g].append(GpuJob(job.spec.job_id, job.spec.tenant, p.gpu_milli, p.opportunistic))
+        for _shape, entries in state.pending_groups():  # unordered: cheaper than the merged queue order
+            for entry in entries:
+                tenant = entry[2].spec.tenant
+                pending_by[tenant] = pending_by.get(tenant, 0) + 1
         gpus = self.agent.gpus
         by_index = {g.index: g for g in gpus}
         out = []
@@ -835,6 +914,8 @@ class Controller:
             num_gpus=topo.num_gpus,
             pending=state.num_pending,
             running=state.num_running,
+            pending_by_tenant=pending_by,
+            running_by_tenant=running_by,
         )
 
     def _tenant_snapshot(self) -> list[TenantSnapshot]:
@@ -849,8 +930,9 @@ class Controller:
             elif job.job_class is JobClass.GUARANTEED:
                 c[0] += share
             c[2] += 1
-        for job in self.state.pending():
-            counts.setdefault(job.spec.tenant, [0.0, 0.0, 0, 0])[3] += 1
+        for _shape, entries in self.state.pending_groups():  # unordered: cheaper than the merged queue order
+            for entry in entries:
+                counts.setdefault(entry[2].spec.tenant, [0.0, 0.0, 0, 0])[3] += 1
         return [
             TenantSnapshot(
                 name=name,

@@ -9,6 +9,7 @@ to take a job back after a restart (its spec, phase, placement, run epoch and co
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +22,17 @@ from corral.core.telemetry import Telemetry
 
 MAX_COMMAND_ARGS = 4096
 MAX_NAME_CHARS = 200
+
+# Job ids: 8 characters from an alphabet without look-alikes (no 0/o, 1/l/i), drawn from the OS's randomness
+# (31**8, about 8.5e11 ids). Not a counter: a sequential id would tell every tenant how many jobs the others
+# submitted between two of its own. Nothing is scheduled by id, so this randomness is no scheduling choice.
+JOB_ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"
+JOB_ID_CHARS = 8
+
+
+def new_job_id() -> str:
+    """A fresh opaque job id (the caller makes sure it is not taken)."""
+    return "".join(secrets.choice(JOB_ID_ALPHABET) for _ in range(JOB_ID_CHARS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +128,7 @@ class ProcessState:
 class JobRecord:
     """One job as the store holds it and the API shows it."""
 
-    seq: int
+    seq: int  # its place in submission order: internal, never shown (it would count other tenants' jobs)
     request: JobRequest
     status: JobStatus
     process: ProcessState
@@ -173,6 +185,9 @@ class ClusterSnapshot:
     num_gpus: int
     pending: int
     running: int
+    # The same counts per tenant, so that a tenant's view can show its own and nobody else's.
+    pending_by_tenant: Mapping[str, int] = field(default_factory=dict)
+    running_by_tenant: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,16 @@ SQLite runs in WAL mode with ``synchronous=FULL``: a commit survives the process
 connection, guarded by a lock, serves every thread (the API's and the loop's); reads are short.
 
 Tables: ``jobs`` (one row per job: the request, the engine's status and the process state as JSON, plus indexed
-columns), ``events`` (what happened to each job, for ``corral job ID``) and ``meta`` (schema version).
+columns), ``events`` (what happened to each job, for ``corral job ID``) and ``meta`` (schema version). A job has
+two keys: ``job_id``, the opaque id users see, and ``seq``, its place in submission order, which stays inside
+(shown, it would count every tenant's submissions). Listings are read a page at a time, by position in that
+order (:meth:`Store.jobs`): a page reads only its own rows, at 50 jobs or 50,000.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import sqlite3
 import threading
@@ -49,6 +54,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, seq);
 CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase, seq);
+CREATE INDEX IF NOT EXISTS jobs_tenant_phase ON jobs (tenant, phase, seq);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
     time_s REAL NOT NULL,
@@ -181,25 +187,60 @@ class Store:
         tenant: str | None = None,
         phases: Iterable[JobPhase] | None = None,
         limit: int | None = None,
+        after: str | None = None,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
-        """Jobs in submission order, filtered by tenant and phase; ``limit`` keeps the newest ones."""
-        where, args = [], []
-        if tenant is not None:
-            where.append("tenant=?")
-            args.append(tenant)
-        if phases is not None:
-            names = [p.value for p in phases]
-            where.append(f"phase IN ({','.join('?' * len(names))})")
-            args.extend(names)
-        sql = "SELECT seq, request, status, process FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} ORDER BY seq DESC LIMIT {int(limit)})"
-        sql += " ORDER BY seq"
+        """Jobs filtered by tenant and phase, in submission order (newest first with ``newest_first``): at most
+        ``limit`` of them, starting after the job ``after`` (a job id: its place in that order, whatever its
+        phase is now; a job that does not exist gives no jobs). One page of the API's listing.
+
+        Each phase is read on its own, along the ``(phase, seq)`` index from the page's start, and the pieces are
+        merged: a single ``phase IN (...)`` query would sort every matching job to find the page (SQLite cannot
+        merge index ranges in order), which costs as much as the whole list."""
+        start: int | None = None
+        if after is not None:
+            with self._lock:
+                row = self._db.execute("SELECT seq FROM jobs WHERE job_id=?", (after,)).fetchone()
+            if row is None:
+                return []
+            start = int(row[0])
+        names: list[str | None] = [None] if phases is None else [*sorted({JobPhase(p).value for p in phases})]
+        pieces = []
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+            for phase in names:
+                where, args = _filters(tenant, None)
+                if phase is not None:
+                    where.append("phase=?")
+                    args.append(phase)
+                if start is not None:
+                    where.append(f"seq {'<' if newest_first else '>'} ?")
+                    args.append(start)
+                sql = "SELECT seq, request, status, process FROM jobs"
+                if where:
+                    sql += " WHERE " + " AND ".join(where)
+                sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+                if limit is not None:
+                    sql += " LIMIT ?"
+                    args.append(int(limit))
+                pieces.append(self._db.execute(sql, args).fetchall())
+        rows: Iterable[tuple[Any, ...]] = (
+            pieces[0] if len(pieces) == 1 else heapq.merge(*pieces, key=lambda r: int(r[0]), reverse=newest_first)
+        )
+        if limit is not None:
+            rows = itertools.islice(rows, int(limit))
         return [_record(r) for r in rows]
+
+    def count(self, *, tenant: str | None = None, phases: Iterable[JobPhase] | None = None) -> int:
+        """How many jobs :meth:`jobs` would list with these filters and no limit (from the indexes alone)."""
+        where, args = _filters(tenant, phases)
+        sql = "SELECT COUNT(*) FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        with self._lock:
+            row = self._db.execute(sql, args).fetchone()
+        return int(row[0])
+
+    def has(self, job_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is not None
 
     def unfinished(self) -> list[JobRecord]:
         """Every job a restarted controller must take back: not in a terminal phase, or with a process that may
@@ -224,6 +265,19 @@ class Store:
         with self._lock:
             rows = self._db.execute("SELECT phase, COUNT(*) FROM jobs GROUP BY phase").fetchall()
         return {str(p): int(n) for p, n in rows}
+
+
+def _filters(tenant: str | None, phases: Iterable[JobPhase] | None) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    if tenant is not None:
+        where.append("tenant=?")
+        args.append(tenant)
+    if phases is not None:
+        names = sorted({JobPhase(p).value for p in phases})
+        where.append(f"phase IN ({','.join('?' * len(names))})")
+        args.extend(names)
+    return where, args
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
