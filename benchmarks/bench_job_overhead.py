@@ -5,7 +5,8 @@ Target (DESIGN.md): under 1% of a step; for a 50 ms step that is 0.5 ms, and the
 Measured: N iterations of an empty loop body, bare (``for _ in range(N)``) and through the library, in the forms a
 script uses: ``job.loop(range(N))`` standalone, standalone with a checkpoint directory (SIGTERM handler,
 generator states recorded at the epoch's start), under an agent (a live Unix socket peer on a thread that reads
-and counts the reports, at the default report interval of 1 s and at 10 ms), and ``with job.step():``. The
+and counts the reports, at the default report interval of 1 s and at 10 ms), as rank 0 of a gang across nodes
+(hosting the gang store, its watcher thread waiting on it; ``corral.job.gang``), and ``with job.step():``. The
 overhead per step is (library - bare) / N, taken as the best of a few repeats. Then a handful of real 50 ms
 steps (``time.sleep``), bare and under the agent, for the ratio as a script would see it.
 
@@ -137,9 +138,19 @@ def main() -> None:
                 contract.ENV_REPORT_INTERVAL_S: str(interval_s),
             }
 
-        def connected(interval_s: float) -> Callable[[], Job]:
+        def gang_env() -> dict[str, str]:
+            """Rank 0 of a gang of one node: the gang store hosted here, its watcher thread waiting on it."""
+            ports = []
+            for _ in range(2):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    ports.append(s.getsockname()[1])
+            return contract.gang_env(["127.0.0.1"], 0, 1, ports[0], ports[1])
+
+        def connected(interval_s: float, gang: bool = False) -> Callable[[], Job]:
             def make() -> Job:
-                job = Job(env=agent_env(interval_s), handle_sigterm=False)
+                env = agent_env(interval_s) | (gang_env() if gang else {})
+                job = Job(env=env, handle_sigterm=False)
                 deadline = time.monotonic() + 5
                 while not job.connected and time.monotonic() < deadline:
                     time.sleep(0.001)
@@ -153,6 +164,7 @@ def main() -> None:
             ("loop, standalone + checkpoint dir", lambda: through_loop(lambda: Job(env={}, checkpoint_dir=ckpt), n)),
             ("loop, agent, reports every 1 s", lambda: through_loop(connected(1.0), n)),
             ("loop, agent, reports every 10 ms", lambda: through_loop(connected(0.01), n)),
+            ("loop, gang rank 0, agent, 1 s", lambda: through_loop(connected(1.0, gang=True), n)),
             ("step(), agent, reports every 1 s", lambda: through_step(connected(1.0), n)),
         ]
         base = best_of(ns.repeats, lambda: bare(n))

@@ -83,8 +83,9 @@ stand-in nodes on one machine share an address):
 So ``torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node $LOCAL_WORLD_SIZE --master_addr
 $MASTER_ADDR --master_port $MASTER_PORT train.py`` works, and so does a script that runs one process per node
 and calls ``torch.distributed.init_process_group(rank=NODE_RANK, world_size=NNODES, ...)``. :mod:`corral.job`
-counts the gang's processes as ``NNODES`` x (``LOCAL_WORLD_SIZE`` where ``LOCAL_RANK`` is set, as torchrun sets
-it for each worker; else 1); only the process of ``LOCAL_RANK`` 0 (or without one) talks to the agent.
+numbers the gang's processes as ``NODE_RANK`` of ``NNODES``, or, for a process with ``LOCAL_RANK`` (one of several
+on its node: torchrun sets it for each worker, with ``RANK`` and ``WORLD_SIZE``), as ``RANK`` of ``WORLD_SIZE``;
+only the process of ``LOCAL_RANK`` 0 (or without one) talks to the agent.
 
 Every rank of a gang obeys each directive at the same step, or data-parallel training would deadlock (one rank
 paused or gone inside a collective the others wait in). The controller sends the same directive, with the same
@@ -171,6 +172,7 @@ ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 ENV_GANG_ADDR = "CORRAL_GANG_ADDR"
 ENV_GANG_PORT = "CORRAL_GANG_PORT"
 ENV_LOCAL_RANK = "LOCAL_RANK"  # set by torchrun for each worker, never by the agent
+ENV_RANK = "RANK"  # likewise
 
 GANG_ENV = (
     ENV_MASTER_ADDR,

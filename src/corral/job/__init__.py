@@ -87,6 +87,19 @@ paused), and if the agent is unreachable or the connection breaks (the controlle
 and the thread tries again every few seconds. Reports are dropped, never queued without bound, when the agent
 does not read them; the training thread never waits on the socket.
 
+Gangs across nodes
+------------------
+A rank of a gang (the agent set ``CORRAL_GANG_PORT`` and the other variables of
+:func:`corral.core.contract.gang_env`) uses ``Job`` as any job does; ``job.gang`` says its ``rank`` and ``size``
+(with one process per node, what ``torch.distributed.init_process_group`` wants; under torchrun, torchrun's own
+``RANK`` applies). Directives, ``SIGTERM`` and ``request_checkpoint`` are agreed among the ranks and applied by all
+at the same step (:mod:`corral.job.gang`), so that no rank pauses or exits inside a collective the others wait in;
+the per-step cost is the same. Rank 0 writes the checkpoints (only its ``save`` hook runs), with every rank's
+random generator states; every rank loads them (each its own generators; every ``load`` hook runs). The model and
+optimizer state must be the same on every rank, as DDP keeps them (a sharded state needs the script's own hooks).
+Under torchrun only the worker with ``LOCAL_RANK`` 0 talks to the agent. A rank that cannot reach the gang, or
+that the others stop answering, raises :class:`GangError`.
+
 Checkpoint and resume
 ---------------------
 A checkpoint is written when the job is asked to stop (or by ``request_checkpoint``), atomically, into
@@ -127,7 +140,8 @@ CPU; on a GPU see ``torch.use_deterministic_algorithms``). Limits:
 
 from corral.job.checkpoint import CheckpointError, CheckpointStore, Stateful
 from corral.job.device import Device, SimulatedDevice, TorchDevice
-from corral.job.env import JobEnvironment
+from corral.job.env import GangEnvironment, JobEnvironment
+from corral.job.gang import GangError
 from corral.job.loop import Job
 from corral.job.memory import Rung
 from corral.job.throttle import DutyCycle
@@ -137,6 +151,8 @@ __all__ = [
     "CheckpointStore",
     "Device",
     "DutyCycle",
+    "GangEnvironment",
+    "GangError",
     "Job",
     "JobEnvironment",
     "Rung",

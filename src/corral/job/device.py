@@ -24,7 +24,7 @@ import contextlib
 import sys
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -151,6 +151,7 @@ class TorchDevice:
             import_oom = (torch.OutOfMemoryError,)
         self.oom_errors = import_oom
         self._cuda = False  # the script uses CUDA (checked until it does)
+        self._cuda_up: Callable[[], bool] | None = None  # torch.cuda.is_initialized, once torch is imported
         self._pending_cap: int | None = None  # a cap to apply once CUDA is up
         self._cap_mib: int | None = None
         self._events: deque[tuple[Any, Any]] = deque()  # (start, end) CUDA events not yet read
@@ -160,7 +161,17 @@ class TorchDevice:
 
     # -- CUDA detection -----------------------------------------------------------------------------------------
     def _probe(self) -> bool:
-        if not self._cuda and cuda_initialized():
+        if self._cuda:
+            return True
+        # Asked at every boundary of a job that has not initialised CUDA (a CPU job, forever): keep it to a call.
+        cuda_up = self._cuda_up
+        if cuda_up is None:
+            if not module_loaded("torch"):
+                return False
+            import torch
+
+            cuda_up = self._cuda_up = torch.cuda.is_initialized
+        if cuda_up():
             import torch
 
             self._cuda = True

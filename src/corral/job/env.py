@@ -1,5 +1,5 @@
 """What the agent told the job through its environment, parsed once (the variables are defined in
-:mod:`corral.core.contract`).
+:mod:`corral.core.contract`), gang variables included (:class:`GangEnvironment`).
 
 A variable that is absent or empty counts as not set: a job run by hand sees none of them and runs standalone.
 A value that cannot be parsed is the agent's bug or a typo in a hand-set variable, so it stops the job at start
@@ -16,6 +16,108 @@ from corral.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
+class GangEnvironment:
+    """What a process of a gang across nodes knows of its gang (``contract.GANG_ENV``, and torchrun's
+    ``LOCAL_RANK``, ``RANK`` and ``WORLD_SIZE`` where it started the process).
+
+    :mod:`corral.job`'s numbering of the gang's processes (``rank``, 0 to ``size - 1``): a process without
+    ``LOCAL_RANK`` is its node's only one, rank ``NODE_RANK`` of ``NNODES`` (what such a script gives
+    ``torch.distributed.init_process_group``); a process with ``LOCAL_RANK`` is one of several on its node
+    (torchrun's workers, which may differ in number from node to node), rank ``RANK`` of ``WORLD_SIZE`` as torchrun
+    numbers them (rank 0 on node 0). Rank 0 hosts the gang store and writes the checkpoints."""
+
+    addr: str
+    """Where the gang store listens (``CORRAL_GANG_ADDR``, else ``MASTER_ADDR``)."""
+    port: int
+    """The gang store's port (``CORRAL_GANG_PORT``)."""
+    nnodes: int
+    node_rank: int
+    local_rank: int | None = None
+    """``LOCAL_RANK`` (set by torchrun for each of its workers), or ``None``."""
+    global_rank: int | None = None
+    """``RANK``, where ``LOCAL_RANK`` is set (torchrun's number of the worker), else ``None``."""
+    master_addr: str | None = None
+    master_port: int | None = None
+    world_size: int | None = None
+    """``WORLD_SIZE`` as the process sees it (the agent's: all the gang's GPUs; or torchrun's)."""
+
+    @property
+    def rank(self) -> int:
+        """This process's number in the gang."""
+        return self.global_rank if self.global_rank is not None else self.node_rank
+
+    @property
+    def size(self) -> int:
+        """How many processes the gang has."""
+        if self.global_rank is not None and self.world_size is not None:
+            return self.world_size
+        return self.nnodes
+
+    @property
+    def talks_to_agent(self) -> bool:
+        """Whether this process connects to its node's agent: the node's only process, or torchrun's worker of
+        ``LOCAL_RANK`` 0 (the others learn the directives through the gang store)."""
+        return not self.local_rank
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> GangEnvironment | None:
+        """The gang this process belongs to, or ``None`` when ``CORRAL_GANG_PORT`` is not set (a one-node job);
+        raises :class:`ConfigError` naming a missing or malformed variable."""
+
+        def text(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        def integer(name: str, low: int, high: int | None = None, *, required: bool = True) -> int | None:
+            value = text(name)
+            if value is None:
+                if required:
+                    because = contract.ENV_LOCAL_RANK if name == contract.ENV_RANK else contract.ENV_GANG_PORT
+                    raise ConfigError(f"{name} is not set, but {because} is: a gang needs it")
+                return None
+            try:
+                number = int(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r}: expected an integer") from None
+            if number < low or (high is not None and number > high):
+                expected = f"from {low} to {high}" if high is not None else f">= {low}"
+                raise ConfigError(f"{name}={value!r}: expected an integer {expected}")
+            return number
+
+        if text(contract.ENV_GANG_PORT) is None:
+            return None
+        port = integer(contract.ENV_GANG_PORT, 1, 65535)
+        nnodes = integer(contract.ENV_NNODES, 1)
+        assert port is not None and nnodes is not None
+        node_rank = integer(contract.ENV_NODE_RANK, 0, nnodes - 1)
+        assert node_rank is not None
+        local_rank = integer(contract.ENV_LOCAL_RANK, 0, required=False)
+        world_size = integer(contract.ENV_WORLD_SIZE, 1, required=False)
+        global_rank = None
+        if local_rank is not None:  # one of several processes of its node: torchrun's numbering
+            if world_size is None:
+                raise ConfigError(f"{contract.ENV_WORLD_SIZE} is not set, but {contract.ENV_LOCAL_RANK} is")
+            global_rank = integer(contract.ENV_RANK, 0, world_size - 1)
+        addr = text(contract.ENV_GANG_ADDR) or text(contract.ENV_MASTER_ADDR)
+        if addr is None:
+            raise ConfigError(
+                f"{contract.ENV_GANG_ADDR} (or {contract.ENV_MASTER_ADDR}) is not set, but {contract.ENV_GANG_PORT} "
+                "is: a gang needs the address of its store"
+            )
+        return cls(
+            addr=addr,
+            port=port,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            local_rank=local_rank,
+            global_rank=global_rank,
+            master_addr=text(contract.ENV_MASTER_ADDR),
+            master_port=integer(contract.ENV_MASTER_PORT, 1, 65535, required=False),
+            world_size=world_size,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobEnvironment:
     """The contract's environment variables as typed values; ``None`` where a variable is not set."""
 
@@ -29,6 +131,8 @@ class JobEnvironment:
     gpus: tuple[str, ...] = ()
     grace_s: float = contract.DEFAULT_GRACE_S
     report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S
+    gang: GangEnvironment | None = None
+    """The gang across nodes this process belongs to; ``None`` for a one-node job."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobEnvironment:
@@ -75,4 +179,5 @@ class JobEnvironment:
             gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else (),
             grace_s=seconds(contract.ENV_GRACE_S, contract.DEFAULT_GRACE_S),
             report_interval_s=seconds(contract.ENV_REPORT_INTERVAL_S, contract.DEFAULT_REPORT_INTERVAL_S),
+            gang=GangEnvironment.from_env(env),
         )

@@ -4,12 +4,15 @@ user's guide).
 Per-step cost when nothing changes is two ``perf_counter`` calls, a few additions and two truth tests (the
 attention flag and the channel's inbox); everything else (reports, directives, signals, checkpoints) is off that
 path. Reports are sent once per report interval from the training thread by appending to the channel's buffer;
-all socket I/O is on the channel's own thread (:mod:`corral.job.channel`).
+all socket I/O is on the channel's own thread (:mod:`corral.job.channel`). A rank of a gang across nodes takes
+the same path: its directives go through the gang's agreement (:mod:`corral.job.gang`), whose watcher thread
+raises the same attention flag.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
 import os
@@ -40,7 +43,8 @@ from corral.job.checkpoint import (
     write_meta,
 )
 from corral.job.device import Device, TorchDevice
-from corral.job.env import JobEnvironment
+from corral.job.env import GangEnvironment, JobEnvironment
+from corral.job.gang import KIND_DIRECTIVE, KIND_SAVE, Entry, Gang, margin_steps
 from corral.job.memory import DEFAULT_MAX_MICRO_BATCHES, ElasticStep, LossFn, Residency
 from corral.job.throttle import DutyCycle
 
@@ -52,6 +56,8 @@ logger = logging.getLogger("corral.job")
 
 _PAUSE_POLL_S = 0.2  # how often a paused job looks at its signal flag (directives wake it at once)
 _FINAL_FLUSH_S = 1.0  # at most this long spent, at exit, handing the last messages to the agent
+
+_DIRECTIVES = (contract.Pause, contract.Resume, contract.Checkpoint, contract.SetBatchSize, contract.SetLimits)
 
 _SignalHandler = Callable[[int, FrameType | None], Any] | int | None
 
@@ -184,6 +190,16 @@ class Job:
         self._closed = False
         self._step_block = _StepBlock(self)
 
+        # a rank of a gang across nodes (corral.job.gang): what it asks the gang to agree on, and what was agreed
+        self._gang: Gang | None = None
+        self._sigterm = False  # SIGTERM arrived: to be proposed as a checkpoint-and-exit
+        self._requests: deque[tuple[str, str, contract.Message | None]] = deque()  # the script's, to propose
+        self._save_index: int | None = None  # an agreed checkpoint without exit, to take at this boundary
+        self._preempt_index: int | None = None  # the agreed checkpoint-and-exit
+        self._gang_rngs: dict[str, Any] | None = None  # rank 0, writing: the other ranks' generator states
+        self._unnumbered = 0  # directives without seq received (each agreed on its own)
+        self._gang_started = False  # the ranks' starting steps have been compared
+
         # aggregation for reports
         self._agg_steps = 0
         self._agg_wall = 0.0
@@ -199,17 +215,33 @@ class Job:
 
         self._channel: AgentChannel | None = None
         self._inbox: deque[contract.Message] = deque()  # the channel's, or one that stays empty
-        if e.agent_socket is not None:
+        # Only one process per node talks to the agent (torchrun's other workers learn through the gang).
+        if e.agent_socket is not None and (e.gang is None or e.gang.talks_to_agent):
             if not e.job_id:
                 logger.warning("corral.job: %s is set but %s is not", contract.ENV_AGENT_SOCKET, contract.ENV_JOB_ID)
             self._channel = AgentChannel(e.agent_socket, self._greeting, retry_s=reconnect_s)
             self._inbox = self._channel.inbox
             self._next_report_at = time.perf_counter() + self.report_interval_s
+        # What wakes a paused job: a directive from the agent, or (a gang) an entry of the gang's log.
+        self._wake = self._channel.arrived if self._channel is not None else threading.Event()
+        if e.gang is not None:
+            try:
+                self._gang = Gang(
+                    e.gang,
+                    prefix=f"corral/{self.job_id}/{self.run}/",
+                    horizon=self._gang_horizon,
+                    on_entry=self._on_gang_entry,
+                    first_step=self.global_step,
+                )
+            except BaseException:
+                if self._channel is not None:
+                    self._channel.close(flush_timeout_s=0)
+                raise
 
         self._previous_sigterm: _SignalHandler = None
         self._sigterm_installed = False
         if handle_sigterm is None:
-            handle_sigterm = e.agent_socket is not None or self._store is not None
+            handle_sigterm = e.agent_socket is not None or self._store is not None or e.gang is not None
         if handle_sigterm:
             if threading.current_thread() is not threading.main_thread():
                 logger.warning("corral.job: SIGTERM handler not installed: Job() was created outside the main thread")
@@ -223,6 +255,12 @@ class Job:
     def standalone(self) -> bool:
         """True when no agent is set (``CORRAL_AGENT_SOCKET`` absent): the job runs without a scheduler."""
         return self._channel is None
+
+    @property
+    def gang(self) -> GangEnvironment | None:
+        """The gang across nodes this process is a rank of (its ``rank`` and ``size`` in corral.job's numbering),
+        or ``None`` for a one-node job."""
+        return self.environment.gang
 
     @property
     def connected(self) -> bool:
@@ -449,6 +487,9 @@ class Job:
         if self._pending_rng is not None:
             self._pending_rng.restore(self._loader_gens)
             self._pending_rng = None
+        if self._gang is not None:
+            self._attend_gang(self._gang)
+            return
         self._apply_all()
         if self._save_requested and self._preempt_reason is None:
             self._save_requested = False
@@ -520,13 +561,29 @@ class Job:
         self.batch_size = n if in_use is None else in_use
 
     def _must_pause(self) -> bool:
-        # a zero share pauses only under an agent: standalone, nothing could ever resume the job
-        return self._pause_requested or (self.gpu_milli == 0 and self._channel is not None)
+        # a zero share pauses only under an agent (or a gang, whose ranks must agree): standalone, nothing could
+        # ever resume the job
+        return self._pause_requested or (self.gpu_milli == 0 and (self._channel is not None or self._gang is not None))
 
     def _pause(self) -> None:
         """Wait at this boundary until resumed (or asked to checkpoint): GPU memory kept, or, when the pause asks
         to evict, the model and optimizer state moved to host memory and put back on resume."""
         channel = self._channel
+        self._enter_pause()
+        try:
+            while channel is not None and self._preempt_reason is None and self._must_pause():
+                channel.arrived.clear()
+                self._apply_all()
+                if self._preempt_reason is not None or not self._must_pause():
+                    break
+                channel.arrived.wait(_PAUSE_POLL_S)
+        finally:
+            self._paused = False
+        if self._preempt_reason is None:
+            self._leave_pause()
+
+    def _enter_pause(self) -> None:
+        """Stop at this boundary: evict if asked, tell the agent."""
         self._paused = True
         took: float | None = None
         if self._evict_requested:
@@ -540,20 +597,14 @@ class Job:
                 took_s=took,
             )
         )
-        try:
-            while channel is not None and self._preempt_reason is None and self._must_pause():
-                channel.arrived.clear()
-                self._apply_all()
-                if self._preempt_reason is not None or not self._must_pause():
-                    break
-                channel.arrived.wait(_PAUSE_POLL_S)
-        finally:
-            self._paused = False
-        if self._preempt_reason is None:
-            took = self._restore_evicted()
-            self._send(
-                contract.Resumed(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step, took_s=took)
-            )
+
+    def _leave_pause(self) -> None:
+        """Go on after a pause: the state back on the GPU if it was evicted, tell the agent."""
+        self._paused = False
+        took = self._restore_evicted()
+        self._send(
+            contract.Resumed(job_id=self.job_id, run=self.run, step=self.global_step - self.start_step, took_s=took)
+        )
         # the pause is no step: the next report covers only steps run after it
         self._next_report_at = time.perf_counter() + self.report_interval_s if self._channel else math.inf
 
@@ -586,6 +637,129 @@ class Job:
             hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=step, evicted=self.evicted))
         return hello
 
+    # -- gangs across nodes (corral.job.gang) ----------------------------------------------------------------
+    def _attend_gang(self, gang: Gang) -> None:
+        """The boundary's slow path of a gang's rank: propose what this rank was asked, apply what the gang agreed
+        to apply at this step, in the log's order, and act on it (checkpoint, exit, pause) exactly as a one-node
+        job would, all ranks at the same step."""
+        step = self.global_step
+        if not self._gang_started:
+            gang.check_start(step)  # every rank resumed from the same checkpoint (a shared directory)
+            self._gang_started = True
+        said_paused = False
+        try:
+            while True:
+                self._wake.clear()  # before looking: whatever arrives after the look wakes the wait below
+                self._propose_local(gang)
+                while (entry := gang.next_due(step, paused=self._must_pause())) is not None:
+                    self._apply_agreed(entry)
+                if self._save_index is not None and self._preempt_reason is None:
+                    index, self._save_index = self._save_index, None
+                    self._gang_save(gang, index)
+                if self._preempt_reason is not None:
+                    self._gang_checkpoint_and_exit(gang, self._preempt_reason)
+                if not self._must_pause():
+                    break
+                if not said_paused:
+                    said_paused = True
+                    self._enter_pause()
+                self._wake.wait(_PAUSE_POLL_S)
+        finally:
+            self._paused = False
+        if said_paused:
+            self._leave_pause()
+        if gang.pending:
+            self._attention = True  # look again at every boundary until the pending entries are applied
+
+    def _propose_local(self, gang: Gang) -> None:
+        """Propose to the gang the directives this rank received, a SIGTERM, the script's checkpoint requests."""
+        step = self.global_step + margin_steps(self.last_step_s)
+        while self._inbox:
+            message = self._inbox.popleft()
+            if not isinstance(message, _DIRECTIVES):
+                logger.warning("corral.job: ignoring a %s message from the agent", message.type)
+                continue
+            if message.seq is not None:
+                key = f"seq:{message.seq}"
+            else:
+                self._unnumbered += 1
+                key = f"rank{gang.rank}:{self._unnumbered}"
+                if self._unnumbered == 1:
+                    logger.warning(
+                        "corral.job: a %s directive without seq reached rank %d of a gang: it is agreed as a "
+                        "directive of its own, so copies sent to other ranks apply again",
+                        message.type,
+                        gang.rank,
+                    )
+            gang.propose(key, KIND_DIRECTIVE, message, step)
+        if self._sigterm:
+            self._sigterm = False
+            gang.propose("sigterm", KIND_DIRECTIVE, contract.Checkpoint(reason="SIGTERM"), step)
+        while self._requests:
+            key, kind, request = self._requests.popleft()
+            gang.propose(key, kind, request, step)
+
+    def _apply_agreed(self, entry: Entry) -> None:
+        if entry.kind == KIND_SAVE:
+            self._save_index = entry.index
+            return
+        if entry.message is None:
+            return
+        if isinstance(entry.message, contract.Checkpoint) and self._preempt_reason is None:
+            self._preempt_index = entry.index
+        self._apply(entry.message)
+
+    def _gang_horizon(self) -> int:
+        # On the gang's watcher thread, after it raised the attention flag: the training thread looks at the
+        # pending entries at its next boundary, at step + 1 at the latest.
+        return self.global_step + 1
+
+    def _on_gang_entry(self) -> None:
+        # On the gang's watcher thread: an entry arrived (or the store was lost).
+        self._attention = True
+        self._wake.set()
+
+    def _rng_json(self) -> dict[str, Any]:
+        return {
+            "now": RngState.capture(self._loader_gens).to_json(),
+            "epoch_start": self._epoch_rng.to_json() if self._epoch_rng is not None else None,
+        }
+
+    def _gang_save(self, gang: Gang, index: int) -> Path | None:
+        """The gang's checkpoint of entry ``index``, at this step: rank 0 writes it, with every rank's generator
+        states; the others hand theirs over. Returns the path on rank 0."""
+        if gang.rank != 0:
+            gang.put_rng(index, json.dumps(self._rng_json(), separators=(",", ":")))
+            return None
+        if self._store is None:
+            logger.warning("corral.job: a checkpoint was requested but checkpointing is off (no directory)")
+            return None
+        self._gang_rngs = {str(r): json.loads(blob) for r, blob in gang.gather_rng(index).items()}
+        try:
+            return self._save()
+        finally:
+            self._gang_rngs = None
+
+    def _gang_checkpoint_and_exit(self, gang: Gang, reason: str) -> None:
+        """Checkpoint-and-exit of a gang: rank 0 writes the checkpoint and says where; the other ranks wait for it
+        (so none reports ``Checkpointed`` before it exists), then every rank reports and exits."""
+        index = self._preempt_index
+        assert index is not None
+        path: Path | None
+        if gang.rank == 0:
+            try:
+                path = self._gang_save(gang, index)
+            except BaseException as e:
+                gang.publish_checkpoint(index, None, error=f"{type(e).__name__}: {e}")
+                raise
+            gang.publish_checkpoint(index, str(path) if path is not None else None)
+        else:
+            self._gang_save(gang, index)
+            written = gang.await_checkpoint(index)
+            path = Path(written) if written is not None else None
+            self.checkpoint_path = path
+        self._exit_checkpointed(path, reason)
+
     # -- signals -----------------------------------------------------------------------------------------------
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:
@@ -593,7 +767,9 @@ class Job:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        if self._preempt_reason is None:
+        if self._gang is not None:
+            self._sigterm = True  # proposed to the gang at the next boundary: every rank exits at the same step
+        elif self._preempt_reason is None:
             self._preempt_reason = "SIGTERM"
         self._attention = True
 
@@ -601,7 +777,14 @@ class Job:
         """At the next boundary, save a checkpoint and, with ``exit`` (the default), exit with
         :data:`~corral.core.contract.EXIT_PREEMPTED` as on ``SIGTERM``. Without ``exit`` the job goes on: a
         periodic checkpoint, e.g. ``if job.global_step % 1000 == 999: job.request_checkpoint(exit=False)``.
-        Safe to call from any thread."""
+        Safe to call from any thread. In a gang, the ranks agree on the step first (a few steps later); calls made by
+        several ranks during the same step are one request."""
+        if self._gang is not None:
+            kind = KIND_DIRECTIVE if exit else KIND_SAVE
+            key = f"script:{kind}:{self.global_step}"
+            self._requests.append((key, kind, contract.Checkpoint(reason=reason) if exit else None))
+            self._attention = True
+            return
         if exit:
             if self._preempt_reason is None:
                 self._preempt_reason = reason
@@ -623,6 +806,20 @@ class Job:
             self._epoch_finished = bool(meta["epoch_finished"])
             saved_batch = meta.get("batch_size")
             rng = meta["rng"]
+            gang = self.environment.gang
+            if gang is not None and gang.rank != 0:
+                # rank 0 wrote the checkpoint, its own generator states in "rng", the other ranks' in "ranks"
+                mine = (meta.get("ranks") or {}).get(str(gang.rank))
+                if mine is not None:
+                    rng = mine
+                else:
+                    logger.warning(
+                        "corral.job: %s holds no random generator state for rank %d (written by a gang of %s); "
+                        "rank 0's is used",
+                        path,
+                        gang.rank,
+                        meta.get("gang_size", 1),
+                    )
             self._pending_rng = RngState.from_json(rng["now"])
             if rng.get("epoch_start") is not None:
                 self._resume_epoch_rng = RngState.from_json(rng["epoch_start"])
@@ -650,24 +847,21 @@ class Job:
             save_state(path / STATE_NAME, self._objects)
         if self._save_hook is not None:
             self._save_hook(path)
-        rng = {
-            "now": RngState.capture(self._loader_gens).to_json(),
-            "epoch_start": self._epoch_rng.to_json() if self._epoch_rng is not None else None,
+        meta: dict[str, Any] = {
+            "job_id": self.job_id,
+            "run": self.run,
+            "step": self.global_step,
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "epoch_finished": self._epoch_finished,
+            "batch_size": self.batch_size,
+            "saved_at": time.time(),
+            "rng": self._rng_json(),
         }
-        write_meta(
-            path,
-            {
-                "job_id": self.job_id,
-                "run": self.run,
-                "step": self.global_step,
-                "epoch": self.epoch,
-                "step_in_epoch": self.step_in_epoch,
-                "epoch_finished": self._epoch_finished,
-                "batch_size": self.batch_size,
-                "saved_at": time.time(),
-                "rng": rng,
-            },
-        )
+        if self._gang is not None:
+            meta["gang_size"] = self._gang.size
+            meta["ranks"] = self._gang_rngs or {}  # the other ranks' generator states, by rank
+        write_meta(path, meta)
 
     def _save(self) -> Path | None:
         if self._store is None:
@@ -677,7 +871,10 @@ class Job:
         return path
 
     def _checkpoint_and_exit(self, reason: str) -> None:
-        path = self._save()
+        self._exit_checkpointed(self._save(), reason)
+
+    def _exit_checkpointed(self, path: Path | None, reason: str) -> None:
+        """Tell the agent where the checkpoint is (if there is one), close, exit with ``EXIT_PREEMPTED``."""
         if path is not None:
             self._send(contract.Checkpointed(job_id=self.job_id, run=self.run, step=self.global_step, path=str(path)))
             if self._verbose:
@@ -709,6 +906,8 @@ class Job:
             if final_report and self._agg_steps:
                 self._report(time.perf_counter())
             self._channel.close(flush_timeout_s=_FINAL_FLUSH_S)
+        if self._gang is not None:
+            self._gang.close()  # rank 0 waits (bounded) for the other ranks to close before its store goes
         if self._sigterm_installed and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._sigterm_installed = False
