@@ -2,7 +2,8 @@
 
 Commands:
 
-- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, ``--out`` files.
+- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, ``--out`` files; nodes
+  lost and back with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`).
 - ``corral compare``: several policies on the same trace and cluster, side by side.
 - ``corral policies``: every policy and its options (from the policies' config dataclasses).
 - ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,10 +32,12 @@ from rich.table import Table
 from corral import __version__
 from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_live_cluster
 from corral.core.cluster import Cluster
-from corral.core.errors import CorralError
+from corral.core.errors import ConfigError, CorralError
+from corral.core.events import NodeLost
 from corral.policies.base import build_config, config_fields, type_label
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
 from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
+from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
 from corral.sim.report import write_results
@@ -138,6 +141,21 @@ def workload_options(fn: F) -> F:
             "--perf", help="Performance model options, e.g. spread_rate=0.7,restore_s=10 (see `corral policies`)."
         ),
         click.option(
+            "--node-failures",
+            "node_failures",
+            type=click.Path(dir_okay=False),
+            help="Nodes lost and back during the replay: a CSV file with columns time_s,node,event (lost or joined) "
+            "and optionally reason; see docs/simulator.md. Jobs on a lost node restart elsewhere from their last "
+            "checkpoint (--perf checkpoint_interval_s).",
+        ),
+        click.option(
+            "--node-failure-rate",
+            "node_failure_rate",
+            metavar="SPEC",
+            help="Nodes fail at random: mtbf_h=HOURS,repair_h=HOURS[,seed=N]: each node is lost after an "
+            "exponential time of mean mtbf_h and back after one of mean repair_h (seed: --seed).",
+        ),
+        click.option(
             "--progress/--no-progress", default=None, help="Show a progress bar (default: when on a terminal)."
         ),
     ]
@@ -191,7 +209,33 @@ def _errors() -> Iterator[None]:
         sys.exit(2)
 
 
-def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Cluster, PerfModel]:
+NodeEventSource = Callable[[], Iterable[tuple[float, NodeEvent]]] | None
+
+
+def _node_events(kw: dict[str, Any], trace: Trace, cluster: Cluster) -> NodeEventSource:
+    """What ``--node-failures`` or ``--node-failure-rate`` asks for: a fresh stream of node events per replay."""
+    path, rate_text = kw["node_failures"], kw["node_failure_rate"]
+    if path is not None and rate_text is not None:
+        raise ConfigError("give --node-failures FILE or --node-failure-rate SPEC, not both")
+    if path is not None:
+        events = read_node_failures(path, cluster)
+        lost = sum(1 for _, e in events if isinstance(e, NodeLost))
+        trace.notes.append(f"node failures from {path}: {lost} losses, {len(events) - lost} returns")
+        return lambda: events
+    if rate_text is not None:
+        rate = parse_failure_rate(rate_text)
+        names = [n.name for n in cluster.nodes]
+        start = trace.jobs[0].submit_s if trace.jobs else 0.0
+        seed = kw["seed"]
+        trace.notes.append(
+            f"node failures drawn for {len(names)} nodes: mean {rate.mtbf_h:g} h up, {rate.repair_h:g} h down, "
+            f"seed {rate.seed if rate.seed is not None else seed}"
+        )
+        return lambda: random_node_failures(names, rate, start_s=start, seed=seed)
+    return None
+
+
+def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Cluster, PerfModel, NodeEventSource]:
     trace = build_trace(_workload(kw, policy_specs))
     cluster = load_cluster(kw["cluster_spec"])
     if kw["quotas"] is not None:
@@ -200,18 +244,27 @@ def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Clust
         # A note, like the trace's own treatments: printed after the table and kept in summary.json.
         trace.notes.append(describe_quotas(cluster, kw["quotas"], tenants))
     perf = build_config(PerfModel, _kv(kw["perf"]), "the perf model")
+    failures = _node_events(kw, trace, cluster)
     if trace.skipped_total:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items()))
         err_console.print(f"skipped {trace.skipped_total} rows: {reasons}", highlight=False)
-    return trace, cluster, perf
+    return trace, cluster, perf, failures
 
 
 def _run(
-    trace: Trace, cluster: Cluster, perf: PerfModel, policy_spec: str, seed: int, show: bool, record: bool
+    trace: Trace,
+    cluster: Cluster,
+    perf: PerfModel,
+    policy_spec: str,
+    seed: int,
+    show: bool,
+    record: bool,
+    failures: NodeEventSource = None,
 ) -> SimulationResult:
     policy = make_policy(policy_spec, seed=seed)
+    events = failures() if failures is not None else None
     if not show:
-        return simulate(trace, cluster, policy, perf=perf, record_decisions=record)
+        return simulate(trace, cluster, policy, perf=perf, record_decisions=record, node_events=events)
     with Progress(
         TextColumn(f"[bold]{policy.name}[/]"),
         BarColumn(),
@@ -229,6 +282,7 @@ def _run(
             perf=perf,
             record_decisions=record,
             on_progress=lambda n: progress.update(task, completed=n),
+            node_events=events,
         )
     return result
 
@@ -266,11 +320,16 @@ def cli() -> None:
 )
 @click.option("--record-decisions", is_flag=True, help="Also write every decision to decisions.log (needs --out).")
 def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, **kw: Any) -> None:
-    """Replay a trace on a cluster under one policy."""
+    """Replay a trace on a cluster under one policy.
+
+    Nodes can fail during the replay (--node-failures FILE, or --node-failure-rate mtbf_h=H,repair_h=H): the jobs
+    on a lost node restart elsewhere from their last checkpoint, and the summary counts node_failures,
+    jobs_requeued_by_failures, lost_work_gpu_h and down_gpu_h."""
     with _errors():
-        trace, cluster, perf = _load(kw, [policy_spec])
+        trace, cluster, perf, failures = _load(kw, [policy_spec])
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
-        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record_decisions and out_dir is not None)
+        record = record_decisions and out_dir is not None
+        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record, failures)
         table = Table(
             title=f"{len(trace):,} jobs on {cluster.name} ({result.num_gpus:,} GPUs)",
             caption=result.policy,
@@ -306,9 +365,9 @@ def _slug(spec: str) -> str:
 def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
-        trace, cluster, perf = _load(kw, policies)
+        trace, cluster, perf, failures = _load(kw, policies)
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
-        results = [_run(trace, cluster, perf, spec, kw["seed"], show, False) for spec in policies]
+        results = [_run(trace, cluster, perf, spec, kw["seed"], show, False, failures) for spec in policies]
         table = Table(title=f"{len(trace):,} jobs on {cluster.name} ({results[0].num_gpus:,} GPUs)")
         table.add_column("metric")
         for spec in policies:

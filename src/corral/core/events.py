@@ -2,6 +2,11 @@
 
 Ordering at equal times is by :attr:`priority` (lower first), then by insertion order: a finished job frees its
 GPUs before a job submitted at the same instant is considered, so replays do not depend on trace row order.
+
+Node events (:class:`NodeLost`, :class:`NodeJoined`) are the same in both modes: the simulator reads them from
+a failure file or draws them (:mod:`corral.sim.failures`), the live controller turns an agent that died or a
+node its engine reports gone into them. They come before job events at the same instant, so that a job is
+never launched on a node that was lost at that very time.
 """
 
 from __future__ import annotations
@@ -82,4 +87,34 @@ class TimerFired:
     priority: ClassVar[int] = 2
 
 
-Event = JobFinished | DemandChanged | JobFailed | JobInterrupted | JobCancelled | JobSubmitted | TimerFired
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    """Node ``node`` (its name, as in the cluster's description) stopped: its GPUs leave the cluster, and every
+    job with a GPU there is stopped on all its nodes and requeued from its last checkpoint (see
+    :meth:`corral.engine.loop.Engine` and :mod:`corral.engine.state`). ``reason`` says why, in words. A loss of a
+    node that is already lost changes nothing (a flapping report)."""
+
+    node: str
+    reason: str
+    priority: ClassVar[int] = -1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJoined:
+    """Node ``node`` (lost before) is back: its GPUs join the cluster again. A node that is up changes nothing."""
+
+    node: str
+    priority: ClassVar[int] = -1
+
+
+Event = (
+    NodeLost
+    | NodeJoined
+    | JobFinished
+    | DemandChanged
+    | JobFailed
+    | JobInterrupted
+    | JobCancelled
+    | JobSubmitted
+    | TimerFired
+)

@@ -19,6 +19,16 @@ A ``SetBatchSize`` for a running job reaches the executor through :meth:`BatchSi
 That method is a separate, optional seam: an executor without it cannot carry out batch-size decisions, and the
 engine refuses such a decision (before changing anything) rather than letting the state and the job disagree.
 The simulator's executor has it; the live executor sends the job ``contract.SetBatchSize``.
+
+A lost node (``NodeLost``) reaches the executor through :class:`NodeLossExecutor`, another optional seam. For each
+job that held a GPU of the node, :meth:`NodeLossExecutor.run_lost`: its processes there are gone, those on its
+other nodes must be stopped without waiting for a checkpoint (a gang cannot write one without a rank), and it
+returns the progress of the job's last checkpoint, from which it restarts. For each pending job suspended to that
+node's host memory, :meth:`NodeLossExecutor.suspended_lost`: that state is gone; it returns the progress the job
+restarts from. An executor without the seam is asked :meth:`Executor.preempt` for a lost run (as for a run whose
+process vanished, ``JobInterrupted``: what the run achieved), and a suspended job keeps its progress. The simulator's
+executor has the seam: a job checkpoints every ``checkpoint_interval_s`` of work (``corral.sim.perf``), and what it
+did since its last checkpoint is lost.
 """
 
 from __future__ import annotations
@@ -89,4 +99,20 @@ class BatchSizeExecutor(Protocol):
     def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
         """``job`` (RUNNING) trains with ``job.batch_size`` from now on instead of ``before`` (``None``: its model's
         reference batch size): apply it at the job's next mini-batch boundary."""
+        ...
+
+
+@runtime_checkable
+class NodeLossExecutor(Protocol):
+    """An executor that knows what a lost node costs the jobs that ran there (see the module docstring)."""
+
+    def run_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """``job`` (still RUNNING, placement still set) held a GPU of ``node``, which was lost with its processes.
+        Stop what runs on its other nodes (no checkpoint), forget the run, and return the ``work_done_s`` of its
+        last checkpoint: the job restarts from there."""
+        ...
+
+    def suspended_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """``job`` (PENDING) was suspended with its state in the host memory of ``node``, which was lost. Forget
+        what is kept for it there and return the ``work_done_s`` it restarts from (its last checkpoint)."""
         ...

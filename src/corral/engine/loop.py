@@ -22,6 +22,17 @@ the state and the executor take the two in that order.
 
 Arrivals can be streamed: :meth:`Engine.feed` takes an iterator of job specs sorted by submission time and keeps
 only the next one in the event queue, so a million-job replay never holds a million pending events.
+
+Nodes (both modes; whoever notices schedules the event, ``engine.schedule(t, NodeLost(name, reason))``). A
+``NodeLost`` of a node that is up: every running job with a GPU there is stopped on all its nodes and requeued from
+its last checkpoint (:class:`~corral.engine.executor.NodeLossExecutor`, else the executor's ``preempt``), each told
+to the policy through ``on_job_changed`` as for a preemption; every pending job suspended to that node's host
+memory loses that state; then the node's GPUs leave the state, and the policy hears ``on_nodes_changed``. A
+``NodeJoined`` of a node that is down brings its GPUs back and tells the policy the same way. Either is followed by a
+round. The loss or return of a node already in that state changes nothing (a flapping report), so the live
+controller may report one twice. The decision log records both (``node-lost NAME requeued JOB...``,
+``node-joined NAME``), so that a parity test compares them too. Cost: the lost node's own jobs and GPUs, nothing
+else.
 """
 
 from __future__ import annotations
@@ -39,26 +50,42 @@ from corral.core.events import (
     JobFinished,
     JobInterrupted,
     JobSubmitted,
+    NodeJoined,
+    NodeLost,
     TimerFired,
 )
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
-from corral.engine.executor import BatchSizeExecutor, Executor
+from corral.engine.executor import BatchSizeExecutor, Executor, NodeLossExecutor
 from corral.engine.queue import EventQueue
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
 
 
 @dataclass(frozen=True, slots=True)
+class NodeChanged:
+    """A node lost (``up`` False, with the jobs its loss requeued, in order) or back: a decision-log entry."""
+
+    node: str
+    up: bool
+    requeued: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LoggedAction:
-    """One applied action, for the decision log (parity tests compare these between modes)."""
+    """One applied action, or a node lost or back, for the decision log (parity tests compare these between
+    modes)."""
 
     time_s: float
-    action: Action
+    action: Action | NodeChanged
 
     def render(self) -> str:
         a = self.action
+        if isinstance(a, NodeChanged):
+            if a.up:
+                return f"{self.time_s:.3f} node-joined {a.node}"
+            return f"{self.time_s:.3f} node-lost {a.node} requeued {' '.join(a.requeued) or '-'}"
         if isinstance(a, Launch):
             gpus = " ".join(map(str, a.placement.gpus))
             return f"{self.time_s:.3f} launch {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
@@ -103,6 +130,7 @@ class Engine:
         self.on_change: Callable[[JobStatus, float], None] | None = None
         self.submitted = 0
         self._batch_executor = executor if isinstance(executor, BatchSizeExecutor) else None
+        self._loss_executor = executor if isinstance(executor, NodeLossExecutor) else None
         executor.bind(self)
 
     # -- EventSink ------------------------------------------------------------------------------------------
@@ -166,6 +194,7 @@ class Engine:
             now = queue.peek_time()
             if until_s is not None and now > until_s:
                 break
+            # The turn, inlined (as in _turn): this loop runs once per instant of a million-job replay.
             self.clock.advance_to(now)
             changed = False
             while queue and queue.peek_time() == now:
@@ -173,6 +202,27 @@ class Engine:
                 changed |= self._handle(event, now)
             if changed:
                 self._round(now)
+
+    def run_before(self, time_s: float) -> None:
+        """Process every event due strictly before ``time_s`` (an event for ``time_s`` can still be scheduled and
+        will be ordered with the others of that instant: the simulator streams node events this way)."""
+        queue = self.queue
+        while queue:
+            now = queue.peek_time()
+            if now >= time_s:
+                break
+            self._turn(now)
+
+    def _turn(self, now: float) -> None:
+        """Every event due at ``now``, then a round if anything changed."""
+        queue = self.queue
+        self.clock.advance_to(now)
+        changed = False
+        while queue and queue.peek_time() == now:
+            _, event = queue.pop()
+            changed |= self._handle(event, now)
+        if changed:
+            self._round(now)
 
     def _handle(self, event: Event, now: float) -> bool:
         if type(event) is JobFinished:
@@ -237,7 +287,44 @@ class Engine:
             for job_id in self.policy.on_timer(self.state, now):
                 self.state.requeue(job_id)
             return True
+        if type(event) is NodeLost:
+            return self._node_lost(event, now)
+        if type(event) is NodeJoined:
+            state = self.state
+            node = state.node_index(event.node)
+            if state.node_up(node):
+                return False  # up already: a repeated report
+            state.join_node(node, now)
+            if self.decision_log is not None:
+                self.decision_log.append(LoggedAction(now, NodeChanged(event.node, True)))
+            self.policy.on_nodes_changed(state, (node,), now)
+            return True
         raise InvariantViolation(f"unknown event {event!r}")
+
+    def _node_lost(self, event: NodeLost, now: float) -> bool:
+        """Requeue the lost node's jobs, drop what was suspended there, take its GPUs out (module docstring)."""
+        state, executor, lost = self.state, self.executor, self._loss_executor
+        node = state.node_index(event.node)
+        if not state.node_up(node):
+            return False  # down already: a repeated report
+        requeued: list[str] = []
+        for job in state.jobs_on_node(node):
+            job_id = job.spec.job_id
+            # The run is gone on this node: the executor stops the rest of the gang and says where it restarts from.
+            work = lost.run_lost(job, now, event.node) if lost is not None else executor.preempt(job, now)
+            state.requeue_lost(job_id, now, work)
+            requeued.append(job_id)
+            self._changed(job, now)
+        for job in state.suspended_on_node(node):
+            work = lost.suspended_lost(job, now, event.node) if lost is not None else job.work_done_s
+            state.forget_suspended(job.spec.job_id, work)
+            if self.on_change is not None:
+                self.on_change(job, now)  # no phase change: the policy reads suspended_from from the view
+        state.lose_node(node, now)
+        if self.decision_log is not None:
+            self.decision_log.append(LoggedAction(now, NodeChanged(event.node, False, tuple(requeued))))
+        self.policy.on_nodes_changed(state, (node,), now)
+        return True
 
     def _round(self, now: float) -> None:
         self.rounds += 1

@@ -30,6 +30,18 @@ allocation: the GPU memory a new batch size needs is the policy's to reserve, wi
 A preemption followed by a launch of the same job (a migration, or a change of share) is two checked steps: the
 job is PENDING in between, exactly as after any preemption.
 
+Nodes can be *down* (lost: ``NodeLost``; back: ``NodeJoined``, see :mod:`corral.engine.loop`). A down node's GPUs
+are out of the cluster: its node is in no free-count bucket and not among the nodes with a free GPU, its GPUs
+count in no per-type free total, are in no partial-GPU or SM-use index, and read as having no free share and no
+free memory (``gpu_free_milli`` and ``gpu_free_mem_mib`` are 0), so a policy that reads the view finds no room
+there; a launch, upgrade or restore onto one is refused. ``node_up`` tells which nodes are up, ``up_gpus`` the GPUs
+of a type on up nodes; ``topology`` and ``max_node_gpus`` stay those of the whole cluster (a job that only the
+down nodes could hold waits for them: it is not rejected). A node goes down only once no job holds any of its GPUs
+and no pending job is suspended on it: the engine first requeues the jobs that ran there (``requeue_lost``) and
+drops what suspended jobs kept in its host memory (``forget_suspended``), finding both through per-node indexes
+(``jobs_on_node``, ``suspended_on_node``) without a scan of all jobs. Invariants: no job holds a GPU of a down
+node, and every per-type free count and capacity is the sum over up nodes.
+
 A refused change raises :class:`InvariantViolation` before touching anything, so the state is never half-applied.
 
 Indexes are kept incrementally so that a scheduling round never scans all GPUs or all jobs:
@@ -39,7 +51,8 @@ Indexes are kept incrementally so that a scheduling round never scans all GPUs o
   (first-fit);
 - per GPU type, partly taken GPUs sorted by free share (best-fit for fractional requests);
 - the pending queue sorted by the policy's key, in one sorted group per job shape (see ``PendingShape``), and the
-  running jobs in launch order.
+  running jobs in launch order;
+- per node, the pending jobs suspended there (their state waits in its host memory).
 
 Buckets are insertion-ordered dicts used as ordered sets: deterministic (insertion history is) and O(1).
 """
@@ -124,6 +137,18 @@ class ClusterState:
         self._tenant_held_area: dict[str, float] = {}  # milli x s
         self._tenant_short_area: dict[str, float] = {}  # milli x s
 
+        # Nodes up or down: which, the GPUs of each type on up nodes, the pending jobs suspended on each node, and
+        # what node losses did (for the simulator's metrics).
+        self._node_index: dict[str, int] = {name: n for n, name in enumerate(topo.node_names)}
+        self._up: list[bool] = [True] * topo.num_nodes
+        self._down: dict[int, None] = {}
+        self._type_up: list[int] = list(topo.type_num_gpus)
+        self._suspended_on: list[dict[str, None]] = [{} for _ in range(topo.num_nodes)]
+        self.node_failures = 0  # nodes lost
+        self.failure_requeues = 0  # runs stopped and requeued because a node of theirs was lost
+        self._down_gpus = 0
+        self.down_timeline: list[tuple[float, int]] = []  # (time, GPUs down from then on), at each node change
+
         # Allocation over time: the integral for mean utilization, and the change points for plots.
         self._alloc_milli = 0
         self._alloc_area = 0.0  # milli-GPU x seconds
@@ -190,6 +215,15 @@ class ClusterState:
 
     def max_node_gpus(self, gpu_type: int) -> int:
         return self._max_node_gpus[gpu_type]
+
+    def node_up(self, node: int) -> bool:
+        return self._up[node]
+
+    def down_nodes(self) -> Collection[int]:
+        return self._down.keys()
+
+    def up_gpus(self, gpu_type: int) -> int:
+        return self._type_up[gpu_type]
 
     def gpu_free_milli(self, gpu: int) -> int:
         return self._gpu_free_milli[gpu]
@@ -505,6 +539,131 @@ class ClusterState:
         return job
 
     # ------------------------------------------------------------------------------------------------------
+    # Nodes lost and joined (see the module docstring)
+    # ------------------------------------------------------------------------------------------------------
+    def node_index(self, name: str) -> int:
+        """The index of the node called ``name``; InvariantViolation if the cluster has none (the edge, a failure
+        file or the live controller, checks names before they reach the engine)."""
+        got = self._node_index.get(name)
+        if got is None:
+            raise InvariantViolation(f"no node {name!r} in cluster {self._topo.cluster.name!r}")
+        return got
+
+    def jobs_on_node(self, node: int) -> list[JobStatus]:
+        """The running jobs holding a GPU of ``node`` (either layer), each once, by GPU then by arrival there."""
+        seen: dict[str, None] = {}
+        for g in self._topo.node_gpus(node):
+            seen.update(self._gpu_jobs[g])
+            seen.update(self._gpu_opp_jobs[g])
+        return [self._jobs[job_id] for job_id in seen]
+
+    def suspended_on_node(self, node: int) -> list[JobStatus]:
+        """The pending jobs whose state was suspended to ``node``'s host memory (``suspended_from``)."""
+        return [self._jobs[job_id] for job_id in self._suspended_on[node]]
+
+    def requeue_lost(self, job_id: str, now_s: float, work_done_s: float) -> JobStatus:
+        """A running job stopped because a node it held a GPU of was lost: like a preemption (its GPUs on every
+        node come back, it waits in the queue again, counted in ``preemptions``), from ``work_done_s``, the
+        progress of its last checkpoint."""
+        job = self.preempt(job_id, now_s, work_done_s)
+        self.failure_requeues += 1
+        return job
+
+    def forget_suspended(self, job_id: str, work_done_s: float) -> JobStatus:
+        """A pending job suspended to the host memory of a node that was lost: that state is gone. It restarts
+        from ``work_done_s``, its last checkpoint, wherever it is launched next (``suspended_from`` is cleared)."""
+        job = self._expect(job_id, JobPhase.PENDING, "forget the suspended state of")
+        held = job.suspended_from
+        if held is None:
+            raise InvariantViolation(f"cannot forget the suspended state of job {job_id!r}: it has none")
+        if not 0 <= work_done_s <= job.work_done_s:
+            raise InvariantViolation(
+                f"job {job_id!r}: a lost suspended state leaves work between 0 and {job.work_done_s}, got {work_done_s}"
+            )
+        self._unsuspend(job_id, held)
+        job.suspended_from = None
+        job.work_done_s = work_done_s
+        return job
+
+    def lose_node(self, node: int, now_s: float) -> None:
+        """Take ``node``'s GPUs out of the cluster. Refused while a job holds one of them or is suspended there
+        (the engine requeues those first), or when the node is down already."""
+        topo = self._topo
+        name = topo.node_names[node]
+        if not self._up[node]:
+            raise InvariantViolation(f"node {name!r} is down already")
+        if self._suspended_on[node]:
+            raise InvariantViolation(
+                f"node {name!r} still holds suspended job {next(iter(self._suspended_on[node]))!r}"
+            )
+        gpus = topo.node_gpus(node)
+        for g in gpus:
+            if self._gpu_jobs[g] or self._gpu_opp_jobs[g]:
+                holder = next(iter({**self._gpu_jobs[g], **self._gpu_opp_jobs[g]}))
+                raise InvariantViolation(f"cannot take node {name!r} down: job {holder!r} holds GPU {g}")
+        t, k = topo.node_type[node], topo.node_num_gpus[node]
+        # Nothing holds the node's GPUs: every one is entirely free, its memory whole, its measured use 0.
+        del self._buckets[t][k][node]
+        if k:
+            self._any_free[t].remove(node)
+        self._type_free[t] -= k
+        self._node_free[node] = 0
+        self._node_free_gpus[node].clear()
+        by_sm = self._by_sm_used[t]
+        for g in gpus:
+            self._gpu_free_milli[g] = 0
+            self._gpu_free_mem[g] = 0
+            by_sm.remove((self._gpu_sm_used[g], g))
+        self._type_up[t] -= k
+        self._up[node] = False
+        self._down[node] = None
+        self._count_down(now_s, k)
+        self.node_failures += 1
+
+    def join_node(self, node: int, now_s: float) -> None:
+        """Bring a down node's GPUs back into the cluster, entirely free."""
+        topo = self._topo
+        if self._up[node]:
+            raise InvariantViolation(f"node {topo.node_names[node]!r} is up already")
+        t, k = topo.node_type[node], topo.node_num_gpus[node]
+        gpus = topo.node_gpus(node)
+        by_sm = self._by_sm_used[t]
+        for g in gpus:
+            self._gpu_free_milli[g] = FULL_GPU_MILLI
+            self._gpu_free_mem[g] = topo.gpu_mem_mib[g]
+            by_sm.add((0, g))
+        self._node_free[node] = k
+        self._node_free_gpus[node] = dict.fromkeys(gpus)
+        self._buckets[t][k][node] = None
+        if k:
+            self._any_free[t].add(node)
+        self._type_free[t] += k
+        self._type_up[t] += k
+        self._up[node] = True
+        del self._down[node]
+        self._count_down(now_s, -k)
+
+    def down_gpu_area(self, start_s: float, end_s: float) -> float:
+        """GPUs down x seconds over ``[start_s, end_s]``: the capacity lost to down nodes in that window."""
+        area = 0.0
+        timeline = self.down_timeline
+        for i, (t, down) in enumerate(timeline):
+            until = timeline[i + 1][0] if i + 1 < len(timeline) else end_s
+            lo, hi = max(t, start_s), min(until, end_s)
+            if hi > lo:
+                area += down * (hi - lo)
+        return area
+
+    def _count_down(self, now_s: float, delta: int) -> None:
+        self._down_gpus += delta
+        self.down_timeline.append((now_s, self._down_gpus))
+
+    def _unsuspend(self, job_id: str, held: Placement) -> None:
+        gpu_node = self._topo.gpu_node
+        for node in {gpu_node[g] for g in held.gpus}:
+            self._suspended_on[node].pop(job_id, None)
+
+    # ------------------------------------------------------------------------------------------------------
     # Internals
     # ------------------------------------------------------------------------------------------------------
     def _expect(self, job_id: str, phase: JobPhase, what: str) -> JobStatus:
@@ -540,6 +699,11 @@ class ClusterState:
         if group is None:
             group = self._groups[shape] = SortedList()
         group.add(entry)
+        held = job.suspended_from
+        if held is not None:
+            gpu_node = self._topo.gpu_node
+            for node in {gpu_node[g] for g in held.gpus}:
+                self._suspended_on[node][job_id] = None
 
     def _dequeue(self, job: JobStatus) -> None:
         job_id = job.spec.job_id
@@ -551,6 +715,9 @@ class ClusterState:
         group.remove(entry)
         if not group:
             del self._groups[shape]
+        held = job.suspended_from
+        if held is not None:
+            self._unsuspend(job_id, held)
 
     def _check_placement(
         self,
@@ -592,9 +759,14 @@ class ClusterState:
             )
         allowed = set(topo.type_indices(spec.gpu_types)) if spec.gpu_types else None
         mem = mem_given(spec, placement)
+        up, gpu_node = self._up, topo.gpu_node
         for g in placement.gpus:
             if not 0 <= g < topo.num_gpus:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
+            if not up[gpu_node[g]]:
+                raise InvariantViolation(
+                    f"job {spec.job_id!r}: GPU {g} is on node {topo.node_names[gpu_node[g]]!r}, which is down"
+                )
             mine = g in own
             if opportunistic:
                 left = FULL_GPU_MILLI - self._gpu_opp_milli[g] + (own_opp if mine else 0)
@@ -804,20 +976,53 @@ class ClusterState:
             if self._guaranteed_milli.get(name, 0) != milli:
                 raise InvariantViolation(f"tenant {name!r} usage index is off")
         type_free = [0] * len(topo.type_names)
+        type_up = [0] * len(topo.type_names)
+        bucketed = [0] * len(topo.type_names)
+        if list(self._down) != [n for n in self._down if not self._up[n]] or len(self._down) != self._up.count(False):
+            raise InvariantViolation("the down-node index is off")
         for n in range(topo.num_nodes):
+            t = topo.node_type[n]
+            if not self._up[n]:
+                # A down node: no free GPU, in no bucket, and (below) no job and no free share or memory on its GPUs.
+                if self._node_free[n] or self._node_free_gpus[n] or n in self._any_free[t]:
+                    raise InvariantViolation(f"down node {n} is indexed as having free GPUs")
+                if any(n in bucket for bucket in self._buckets[t]):
+                    raise InvariantViolation(f"down node {n} is in a free-count bucket")
+                if self._suspended_on[n]:
+                    raise InvariantViolation(f"down node {n} still holds suspended jobs {list(self._suspended_on[n])}")
+                continue
+            type_up[t] += topo.node_num_gpus[n]
             free = [g for g in topo.node_gpus(n) if self._gpu_free_milli[g] == FULL_GPU_MILLI]
             if len(free) != self._node_free[n] or set(free) != set(self._node_free_gpus[n]):
                 raise InvariantViolation(f"node {n} free index is off")
-            t = topo.node_type[n]
             if n not in self._buckets[t][len(free)]:
                 raise InvariantViolation(f"node {n} is in the wrong bucket")
             if (len(free) > 0) != (n in self._any_free[t]):
                 raise InvariantViolation(f"node {n} any-free index is off")
             type_free[t] += len(free)
+            bucketed[t] += 1
         if type_free != self._type_free:
             raise InvariantViolation("per-type free totals are off")
+        if type_up != self._type_up:
+            raise InvariantViolation("per-type capacity of up nodes is off")
+        if bucketed != [sum(len(bucket) for bucket in buckets) for buckets in self._buckets]:
+            raise InvariantViolation("a node is in more than one free-count bucket")
+        suspended: list[set[str]] = [set() for _ in range(topo.num_nodes)]
+        for job_id in self._pending_entry:
+            kept = self._jobs[job_id].suspended_from
+            if kept is not None:
+                for g in kept.gpus:
+                    suspended[topo.gpu_node[g]].add(job_id)
+        if suspended != [set(on) for on in self._suspended_on]:
+            raise InvariantViolation("the per-node index of suspended jobs is off")
         for g in range(topo.num_gpus):
             left = self._gpu_free_milli[g]
+            if not self._up[topo.gpu_node[g]]:
+                if left or used[g] or opp_milli[g] or given_mem[g] or self._gpu_free_mem[g] or sm_used[g]:
+                    raise InvariantViolation(f"GPU {g} of a down node is given out or reads as free")
+                if self._gpu_jobs[g] or self._gpu_opp_jobs[g] or self._gpu_sm_used[g] or self._gpu_mem_used[g]:
+                    raise InvariantViolation(f"GPU {g} of a down node is indexed")
+                continue
             if left < 0 or used[g] + left != FULL_GPU_MILLI:
                 raise InvariantViolation(f"GPU {g}: {used[g]} given + {left} free != 1000")
             if set(self._gpu_jobs[g]) != holders[g]:
@@ -837,3 +1042,5 @@ class ClusterState:
                 raise InvariantViolation(f"GPU {g}: measured use index is off")
             if (sm_used[g], g) not in self._by_sm_used[topo.gpu_type[g]]:
                 raise InvariantViolation(f"GPU {g}: SM-use index is off")
+        if sum(len(index) for index in self._by_sm_used) != sum(type_up):
+            raise InvariantViolation("the SM-use index lists GPUs that are down (or misses some that are up)")

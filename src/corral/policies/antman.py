@@ -40,6 +40,12 @@ from the paper. The rules:
   guaranteed ones on ordinary placements, outside any quota, after every tenant's guaranteed jobs, first come
   first served (a job that does not fit skips every job of its kind that cannot fit either); nobody preempts them.
 
+Nodes lost and back (``on_nodes_changed``): the GPUs of a node that changed are re-filed in the index of GPUs open
+to opportunistic jobs (a GPU of a down node is never open; the engine requeued the jobs that ran there, and the
+coordinator forgot them as for any job that stops). Guaranteed jobs see only the capacity that is up, through the
+view; a tenant's quota is unchanged, so a lost node can leave a tenant below its quota until it is back (AntMan
+§4 promises quota within the cluster's capacity, and the capacity shrank).
+
 Cost: the policy keeps its own indexes, updated in :meth:`AntManPolicy.on_job_changed`: guaranteed pending jobs
 per tenant, opportunistic pending jobs by shape (size, share, GPU types, memory; one failure skips every job of
 the shape that cannot fit either), running opportunistic jobs per tenant, and, per GPU type, the GPUs open to an
@@ -52,7 +58,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -397,6 +403,12 @@ class AntManPolicy(BasePolicy):
         if job.placement is not None:
             self._dirty.update(dict.fromkeys(job.placement.gpus))
 
+    def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:
+        # Re-file the nodes' GPUs at the next round (before that, _bind reads every GPU anyway).
+        topo = view.topology
+        for n in nodes:
+            self._dirty.update(dict.fromkeys(topo.node_gpus(n)))
+
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         spec = job.spec
         job_id = spec.job_id
@@ -517,7 +529,8 @@ class AntManPolicy(BasePolicy):
         sm = view.gpu_sm_used(g)
         held = view.gpu_free_milli(g) < FULL_GPU_MILLI
         is_open = (
-            len(view.gpu_opportunistic_jobs(g)) < cfg.max_opportunistic_per_gpu
+            view.node_up(topo.gpu_node[g])
+            and len(view.gpu_opportunistic_jobs(g)) < cfg.max_opportunistic_per_gpu
             and sm <= round(cfg.max_sm_used * FULL_GPU_MILLI)
             and view.gpu_free_mem_mib(g) > (cfg.mem_margin_mib if held else 0)
         )

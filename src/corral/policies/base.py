@@ -15,6 +15,13 @@ neutral defaults, in the spirit of the Kubernetes scheduling framework:
   back after a restart (:meth:`corral.engine.loop.Engine.restore`), in its phase then (running, or pending:
   queued, suspended or preempted). A policy that keeps its own state about jobs rebuilds it here from the job
   and the view, since it has seen none of the job's history; the default treats it as a change;
+- ``on_nodes_changed(view, nodes, now_s)``: told after nodes went down (lost) or came back up (joined), with the
+  nodes whose state changed (read ``view.node_up(n)`` for each), before that instant's round. The jobs that ran
+  on a lost node were requeued just before, each told through ``on_job_changed`` as after any preemption; the
+  view already shows the change (a down node's GPUs are in no free index and read as full). A policy that keeps
+  structures of its own about nodes, cells or GPUs (HiveD's cells, AntMan's open GPUs, memos of what could not be
+  placed) brings them up to date here; the default does nothing, which is right for a policy that reads capacity
+  from the view each round;
 - ``on_telemetry(job, now_s)``: told after a running job's telemetry was recorded (``job.telemetry``), for
   policies that act on measurements (AntMan's local coordinator); it may be called while a decision is being
   applied (the simulator reports the new speeds of the jobs an action affects), so it only takes note: the
@@ -26,6 +33,9 @@ Contract:
 2. Calls never overlap.
 3. Same view, same time, same seed: same decision. Randomness only from ``self.rng`` (seeded by the run).
 4. "Cannot place now" is an answer (leave the job pending); an exception is a bug.
+5. Down nodes: nothing may be placed on a GPU of a down node (the engine refuses it). ``admit`` judges a job against
+   the whole cluster, up or down (``topology``): a job that only lost nodes could hold stays pending until they
+   are back, it is not rejected, since the node may come back (and one that never returns leaves it unfinished).
 
 Each policy has a frozen config dataclass whose fields carry ``help`` metadata; the CLI builds its options and
 its ``corral policies`` listing from them.
@@ -37,7 +47,7 @@ import dataclasses
 import random
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Literal
 
@@ -92,6 +102,9 @@ class BasePolicy:
 
     def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
         return ()
+
+    def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:
+        return None
 
     def on_telemetry(self, job: JobView, now_s: float) -> None:
         return None

@@ -32,6 +32,13 @@ virtual cells: that is the guarantee :mod:`corral.policies.hived` builds sharing
 prefers, among the cells it may take, the one with the fewest GPUs lent to low-priority jobs (§3.4), splitting
 a higher cell for it when that is safe.
 
+**Bad hardware** (HiveD OSDI'20 §3.2's dynamic binding, which is what lets HiveD route around failed hardware, and
+its scheduler's treatment of bad nodes: a cell is *bad* if any GPU under it is on a node that is down). The
+allocator keeps bad free cells apart from the healthy ones (its scheduler's ``badFreeCells``) and binds a bad cell
+only when no healthy one is free or can be split safely: then the VC's virtual cell is "doomed to be bad" for as
+long as that lasts, and the policy places nothing on its down GPUs. Safety counts bad cells as free, as HiveD's
+does: a node that comes back makes the doomed cell healthy again, so the guarantee holds once the hardware does.
+
 **Cell quotas** (§3.1): a VC is a number of cells per chain and level: written out in the policy's ``vc_cells``
 option (:func:`parse_vc_cells`), or derived from the tenants' GPU quotas (:func:`derive_vc_cells`).
 
@@ -57,6 +64,8 @@ _LEVEL_NAMES = {
     TopologyLevel.RACK: "rack",
 }
 _LEVEL_BY_NAME = {name: level for level, name in _LEVEL_NAMES.items()}
+
+_BAD = -2  # how a bad free cell is filed (healthy free cells are filed by their cost)
 
 # A cell's state in the buddy allocator.
 FREE = 0  # on its level's free list: free, and its parent is not
@@ -361,18 +370,32 @@ class BuddyAllocator:
     chooses among free cells (the policy passes the GPUs lent to low-priority jobs, §3.4); call
     :meth:`cost_changed` when it changes under a free cell."""
 
-    __slots__ = ("_filed", "_free", "cost", "nfree_children", "num_free", "state", "tree", "unbound")
+    __slots__ = (
+        "_bad_free",
+        "_filed",
+        "_free",
+        "bad",
+        "cost",
+        "nfree_children",
+        "num_free",
+        "state",
+        "tree",
+        "unbound",
+    )
 
     def __init__(self, tree: CellTree, cost: list[int] | None = None) -> None:
         self.tree = tree
         self.cost: list[int] = cost if cost is not None else [0] * tree.num_cells
         self.state: list[int] = [INNER] * tree.num_cells
         self.nfree_children: list[int] = [0] * tree.num_cells
-        self._filed: list[int] = [-1] * tree.num_cells  # the cost a free cell is filed at
-        # [chain][level][cost] -> free cells, and per chain and level the number of free cells
+        self.bad: list[int] = [0] * tree.num_cells  # GPUs under each cell on nodes that are down (set_bad)
+        self._filed: list[int] = [-1] * tree.num_cells  # the cost a healthy free cell is filed at; _BAD: bad
+        # [chain][level][cost] -> healthy free cells, [chain][level] -> bad free cells, and per chain and level the
+        # number of free cells (healthy or bad: safety counts both, as HiveD does)
         self._free: list[list[list[dict[int, None]]]] = [
             [[{} for _ in range(size + 1)] for size in chain.sizes] for chain in tree.chains
         ]
+        self._bad_free: list[list[dict[int, None]]] = [[{} for _ in chain.sizes] for chain in tree.chains]
         self.num_free: list[list[int]] = [[0] * len(chain.sizes) for chain in tree.chains]
         self.unbound: list[list[int]] = [[0] * len(chain.sizes) for chain in tree.chains]  # VCs' unbound cells
         for tops in tree.tops:
@@ -416,9 +439,13 @@ class BuddyAllocator:
     def _add_free(self, cell: int) -> None:
         tree = self.tree
         self.state[cell] = FREE
-        cost = self.cost[cell]
-        self._free[tree.chain[cell]][tree.level[cell]][cost][cell] = None
-        self._filed[cell] = cost
+        if self.bad[cell]:
+            self._bad_free[tree.chain[cell]][tree.level[cell]][cell] = None
+            self._filed[cell] = _BAD
+        else:
+            cost = self.cost[cell]
+            self._free[tree.chain[cell]][tree.level[cell]][cost][cell] = None
+            self._filed[cell] = cost
         self.num_free[tree.chain[cell]][tree.level[cell]] += 1
         parent = tree.parent[cell]
         if parent >= 0:
@@ -426,7 +453,11 @@ class BuddyAllocator:
 
     def _remove_free(self, cell: int, state: int) -> None:
         tree = self.tree
-        del self._free[tree.chain[cell]][tree.level[cell]][self._filed[cell]][cell]
+        filed = self._filed[cell]
+        if filed == _BAD:
+            del self._bad_free[tree.chain[cell]][tree.level[cell]][cell]
+        else:
+            del self._free[tree.chain[cell]][tree.level[cell]][filed][cell]
         self._filed[cell] = -1
         self.num_free[tree.chain[cell]][tree.level[cell]] -= 1
         parent = tree.parent[cell]
@@ -442,7 +473,7 @@ class BuddyAllocator:
             if s == FREE:
                 cost = self.cost[cell]
                 old = self._filed[cell]
-                if old != cost:
+                if old != cost and old != _BAD:  # bad free cells are not filed by cost
                     tree = self.tree
                     buckets = self._free[tree.chain[cell]][tree.level[cell]]
                     del buckets[old][cell]
@@ -452,25 +483,40 @@ class BuddyAllocator:
             if s != INNER:
                 return
 
+    def set_bad(self, leaf: int, delta: int) -> None:
+        """GPU ``leaf`` went down (``delta`` +1) or came back (-1): count it in its ancestors' ``bad`` and re-file
+        the free cell among them, if any, between the healthy and the bad free cells."""
+        bad, state = self.bad, self.state
+        free = -1
+        for cell in self.tree.ancestors[leaf]:
+            bad[cell] += delta
+            if state[cell] == FREE:
+                free = cell
+        if free >= 0 and (self._filed[free] == _BAD) != (bad[free] > 0):
+            self._remove_free(free, FREE)
+            self._add_free(free)
+
     def free_cells(self, chain: int, level: int) -> Iterator[int]:
-        """Free cells of a level, cheapest first."""
+        """Free cells of a level, cheapest first (healthy ones, then bad ones)."""
         for bucket in self._free[chain][level]:
             yield from bucket
+        yield from self._bad_free[chain][level]
 
     def _cheapest(self, chain: int, level: int) -> int:
         for bucket in self._free[chain][level]:
             if bucket:
                 return next(iter(bucket))
-        return -1
+        return next(iter(self._bad_free[chain][level]), -1)
 
     def _descend(self, cell: int, level: int) -> int:
-        """The cell of ``level`` under ``cell`` reached by taking the cheapest child at each step."""
-        tree, cost = self.tree, self.cost
+        """The cell of ``level`` under ``cell`` reached by taking the cheapest child at each step (a healthy one
+        before a bad one)."""
+        tree, cost, bad = self.tree, self.cost, self.bad
         while tree.level[cell] > level:
             kids = tree.children[cell]
             best = kids[0]
             for kid in kids:
-                if cost[kid] < cost[best]:
+                if (bad[kid] > 0, cost[kid]) < (bad[best] > 0, cost[best]):
                     best = kid
             cell = best
         return cell
@@ -480,11 +526,12 @@ class BuddyAllocator:
         """Bind a cell of ``level`` for one of the VCs' unbound virtual cells there; returns it.
 
         Candidates: the cheapest free cell of the level, and for each higher level whose split is safe, the
-        cheapest free cell there and its cheapest descendant of the level. The least cost wins, then the lowest
-        level (a split only when it spares low-priority jobs)."""
+        cheapest free cell there and its cheapest descendant of the level. A healthy cell wins over a bad one (see
+        the module docstring), then the least cost, then the lowest level (a split only when it spares
+        low-priority jobs or bad hardware)."""
         if self.unbound[chain][level] <= 0:
             raise InvariantViolation(f"buddy allocator: no unbound virtual cell of level {level} in chain {chain}")
-        best: tuple[int, int, int, int] | None = None  # (cost, level, top, target)
+        best: tuple[bool, int, int, int, int] | None = None  # (bad, cost, level, top, target)
         for j in range(level, len(self.tree.chains[chain].sizes)):
             if not self.num_free[chain][j]:
                 continue
@@ -492,17 +539,17 @@ class BuddyAllocator:
                 continue
             top = self._cheapest(chain, j)
             target = top if j == level else self._descend(top, level)
-            key = (self.cost[target], j, top, target)
-            if best is None or key[:2] < best[:2]:
+            key = (self.bad[target] > 0, self.cost[target], j, top, target)
+            if best is None or key[:3] < best[:3]:
                 best = key
-            if key[0] == 0:
+            if not key[0] and key[1] == 0:
                 break
         if best is None:
             raise InvariantViolation(
                 f"buddy allocator: no free cell for level {level} of chain {self.tree.chains[chain].name} "
                 f"(slack {self.slack(chain)}): the cell quotas were not safe"
             )
-        _, _, top, target = best
+        _, _, _, top, target = best
         self._take(top, target)
         return target
 
@@ -577,9 +624,19 @@ class BuddyAllocator:
                 raise InvariantViolation(f"cell {c}: {nfree} free children, counted {self.nfree_children[c]}")
             if state[c] == SPLIT and kids and nfree == len(kids):
                 raise InvariantViolation(f"cell {c}: every child is free but they were not merged")
-            filed = c in self._free[tree.chain[c]][tree.level[c]][self._filed[c]] if self._filed[c] >= 0 else False
-            if filed != (state[c] == FREE) or (filed and self._filed[c] != self.cost[c]):
+            at = self._filed[c]
+            if at == _BAD:
+                filed = c in self._bad_free[tree.chain[c]][tree.level[c]]
+                if not filed or not self.bad[c]:
+                    raise InvariantViolation(f"cell {c}: filed as bad, but it is not (or it is missing)")
+            else:
+                filed = c in self._free[tree.chain[c]][tree.level[c]][at] if at >= 0 else False
+                if filed and (at != self.cost[c] or self.bad[c]):
+                    raise InvariantViolation(f"cell {c}: filed as healthy at cost {at}, but is bad or costs otherwise")
+            if filed != (state[c] == FREE):
                 raise InvariantViolation(f"cell {c}: free-list filing is off")
+            if kids and self.bad[c] != sum(self.bad[k] for k in kids):
+                raise InvariantViolation(f"cell {c}: bad GPU count is off")
             if state[c] == FREE:
                 num_free[tree.chain[c]][tree.level[c]] += 1
         if num_free != self.num_free:

@@ -29,6 +29,16 @@ The cells, the buddy allocator and the cell quotas are :mod:`corral.policies.cel
   its tenant's GPU count within quota and any GPUs of the right shape: other tenants' jobs fragment nodes, and a
   job that needs a whole node can wait although its tenant's quota is free (the *sharing anomaly*).
 
+- **Bad hardware** (HiveD OSDI'20 §3.2: binding virtual cells to physical ones only when used is what lets a VC
+  keep its cells while hardware fails; its scheduler marks cells on failed nodes bad and binds them only when
+  "doomed"). A lost node's jobs are requeued by the engine; its GPUs then count as used for good in the
+  policy's picture (no job of any priority goes there, none is preempted for them) and as down (a VC's cell
+  over them offers only its other GPUs); the buddy allocator binds a cell with down GPUs only when no healthy cell
+  of the level is free or can be split safely, and a plan that such a cell cannot hold is undone (the job waits).
+  Safety counts bad cells as free, as HiveD does: a VC is never refused a cell, but until the node is back a
+  doomed cell may hold less than its size. A job that fits the VC's cells only with the lost node waits; it is
+  not rejected (admission judges the whole cluster).
+
 Rounds: high-priority jobs first, one FIFO (submission order) over all VCs; a job that does not fit skips every
 job of its VC and kind at least as large (quota-only: of every VC, the GPUs being shared), or of its tenant when
 the quota is what stops it. Then low-priority jobs, FIFO, on idle GPUs only. HiveD allocates whole GPUs: a job
@@ -45,7 +55,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,6 +244,8 @@ class HivedPolicy(BasePolicy):
         self._ui: Buckets | None = None  # cells by idle GPUs bound to no VC (HiveD only)
         self._chain_idle: list[int] = []
         self._chain_ui: list[int] = []
+        self._down: list[int] = []  # per cell: GPUs under it on nodes that are down
+        self._down_nodes: dict[int, None] = {}
         self._runs: dict[str, _Run] = {}
         self._hi_q = _Queue()
         self._lo_q = _Queue()
@@ -249,7 +261,7 @@ class HivedPolicy(BasePolicy):
             return self.tree
         tree = self.tree = CellTree(view.topology)
         n = tree.num_cells
-        self._hi, self._lo, self._lo_ub = [0] * n, [0] * n, [0] * n
+        self._hi, self._lo, self._lo_ub, self._down = [0] * n, [0] * n, [0] * n, [0] * n
         self._ub = list(tree.size)
         self._owner = [-1] * n
         self._indexed = [
@@ -303,6 +315,8 @@ class HivedPolicy(BasePolicy):
         for job in self._deferred:
             self.on_job_changed(job, 0.0)
         self._deferred = []
+        for node in view.down_nodes():
+            self._set_down(node, +1)
         return tree
 
     def vc_cells(self) -> dict[str, str]:
@@ -364,7 +378,7 @@ class HivedPolicy(BasePolicy):
         tree = self.tree
         assert tree is not None and self._idle is not None
         hi, lo, lo_ub, ub, size = self._hi, self._lo, self._lo_ub, self._ub, tree.size
-        indexed, owner, avs, idle, ui = self._indexed, self._owner, self._av, self._idle, self._ui
+        indexed, owner, avs, idle, ui, down = self._indexed, self._owner, self._av, self._idle, self._ui, self._down
         for g in gpus:
             leaf = tree.gpu_leaf[g]
             unbound = ub[leaf] == 1
@@ -384,7 +398,7 @@ class HivedPolicy(BasePolicy):
                     if high:
                         av = avs.get(owner[a])
                         if av is not None:
-                            av.move(a, size[a] - hi[a])
+                            av.move(a, size[a] - hi[a] - down[a])
                     elif unbound and ui is not None:
                         ui.move(a, ub[a] - lo_ub[a])
             if not high and self.buddy is not None:
@@ -408,7 +422,7 @@ class HivedPolicy(BasePolicy):
             self._owner[d] = vc.index
             ub[d] = lo_ub[d] = 0
             if self._indexed[d]:
-                av.add(d, size[d] - self._hi[d])
+                av.add(d, size[d] - self._hi[d] - self._down[d])
                 ui.move(d, 0)
         a = tree.parent[cell]
         while a >= 0:
@@ -474,8 +488,9 @@ class HivedPolicy(BasePolicy):
 
     # -- finding GPUs -----------------------------------------------------------------------------------------------
     def _avail(self, cell: int) -> int:
+        """GPUs of ``cell`` a high-priority job may take: not used by one, and not down."""
         assert self.tree is not None
-        return self.tree.size[cell] - self._hi[cell]
+        return self.tree.size[cell] - self._hi[cell] - self._down[cell]
 
     def _idle_of(self, cell: int) -> int:
         assert self.tree is not None
@@ -573,19 +588,26 @@ class HivedPolicy(BasePolicy):
 
     def _vc_place(self, vc: _VC, chain: Chain, n: int) -> list[int] | None:
         """Plan ``n`` GPUs in the VC's cells of ``chain`` and, if they fit, bind what the plan needs and return
-        the GPUs (the intra-VC rule of the module docstring)."""
+        the GPUs (the intra-VC rule of the module docstring). A cell bound for the plan that turns out to be bad (a
+        doomed bad cell: nodes of it are down, see :mod:`corral.policies.cells`) may not hold them: then every cell
+        bound here is released again and the job waits."""
         tree = self.tree
         assert tree is not None
         ci, nl, g = chain.index, chain.node_level, chain.node_gpus
         count = self._avail
+        tops = len(vc.tops)
         if n <= g:
             plan = self._vc_single(vc, chain, n)
             if plan is None:
                 return None
             cell = plan[1] if plan[0] == "cell" else self._bind(vc, ci, plan[1])
             if tree.level[cell] > nl:
-                cell = next(d for d in tree.subtree(cell) if tree.level[d] == nl)
-            return self._pick(cell, n, count)
+                cell = self._node_under(cell, nl, n)
+            picked = self._pick(cell, n, count) if cell >= 0 else []
+            if len(picked) < n:
+                self._unbind_since(vc, tops)
+                return None
+            return picked
         m, r = divmod(n, g)
         whole = list(itertools.islice(self._av[vc.index].bucket(ci, nl, g), m))
         binds: list[int] = []
@@ -609,7 +631,11 @@ class HivedPolicy(BasePolicy):
         nodes = list(whole)
         for level in binds:
             cell = self._bind(vc, ci, level)
-            nodes += [d for d in tree.subtree(cell) if tree.level[d] == nl]
+            # Its nodes that are whole (all of them, unless the cell is bad: a down node is no node to use).
+            nodes += [d for d in tree.subtree(cell) if tree.level[d] == nl and self._avail(d) == g]
+        if len(nodes) < m + (1 if rest is not None and rest[0] == "spare" else 0):
+            self._unbind_since(vc, tops)
+            return None
         gpus: list[int] = []
         for node in nodes[:m]:
             gpus += tree.gpus(node)
@@ -619,9 +645,24 @@ class HivedPolicy(BasePolicy):
             else:
                 cell = rest[1] if rest[0] == "cell" else self._bind(vc, ci, rest[1])
                 if tree.level[cell] > nl:
-                    cell = next(d for d in tree.subtree(cell) if tree.level[d] == nl)
-            gpus += self._pick(cell, r, count)
+                    cell = self._node_under(cell, nl, r)
+            if cell >= 0:
+                gpus += self._pick(cell, r, count)
+        if len(gpus) < n:
+            self._unbind_since(vc, tops)
+            return None
         return gpus
+
+    def _node_under(self, cell: int, node_level: int, n: int) -> int:
+        """The first node cell under ``cell`` with ``n`` GPUs available (-1: none, only in a bad cell)."""
+        assert self.tree is not None
+        level = self.tree.level
+        return next((d for d in self.tree.subtree(cell) if level[d] == node_level and self._avail(d) >= n), -1)
+
+    def _unbind_since(self, vc: _VC, tops: int) -> None:
+        """Release the cells bound to ``vc`` after its first ``tops`` (bound for a plan that does not fit)."""
+        for top in list(vc.tops)[tops:]:
+            self._detach(vc, top)
 
     def _place_high(self, view: ClusterView, job: JobView) -> tuple[list[int] | None, bool]:
         """GPUs for a high-priority job, or None; and whether only its own VC's state stopped it (so a failure
@@ -753,6 +794,44 @@ class HivedPolicy(BasePolicy):
                 return False
         return True
 
+    # -- nodes lost and back ------------------------------------------------------------------------------------------
+    def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:
+        if self.tree is None:
+            return  # the first look at the cluster reads which nodes are down
+        for node in nodes:
+            down = not view.node_up(node)
+            if down != (node in self._down_nodes):
+                self._set_down(node, +1 if down else -1)
+
+    def _set_down(self, node: int, sign: int) -> None:
+        """Node ``node`` went down (``sign`` +1) or came back (-1). Its GPUs count in the picture of the cells as
+        lent for good (idle to nobody, never a preemption victim: nothing runs there) and as down (available to
+        no VC); the buddy allocator files the cells over them as bad or healthy again (HiveD's handling of bad
+        hardware, see :mod:`corral.policies.cells`). The engine requeued the node's jobs before this."""
+        tree = self.tree
+        assert tree is not None
+        gpus = list(tree.topology.node_gpus(node))
+        for g in gpus:
+            if self._gpu_job[g] is not None:
+                raise InvariantViolation(f"hived: GPU {g} of node {node} changes state under {self._gpu_job[g]!r}")
+        if sign > 0:
+            self._down_nodes[node] = None
+        else:
+            del self._down_nodes[node]
+        down, hi, size, owner, avs, indexed = self._down, self._hi, tree.size, self._owner, self._av, self._indexed
+        for g in gpus:
+            leaf = tree.gpu_leaf[g]
+            if leaf < 0:
+                continue
+            self._use([g], False, sign)  # neither idle nor unbound-idle any more (or again)
+            for a in tree.ancestors[leaf]:
+                down[a] += sign
+                av = avs.get(owner[a]) if indexed[a] else None
+                if av is not None:
+                    av.move(a, size[a] - hi[a] - down[a])
+            if self.buddy is not None:
+                self.buddy.set_bad(leaf, sign)
+
     # -- the round ---------------------------------------------------------------------------------------------------
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         self._ensure(view)
@@ -858,8 +937,18 @@ class HivedPolicy(BasePolicy):
                     (hi if run.high else lo)[a] += 1
                 if self.cfg.cells and run.high and self._owner[tree.gpu_leaf[g]] != run.vc:
                     raise InvariantViolation(f"high-priority job {job_id!r} has GPU {g} outside its VC's cells")
-        if hi != self._hi or lo != self._lo or gpu_job != self._gpu_job:
+        down = [0] * n
+        for node in self._down_nodes:
+            for g in tree.topology.node_gpus(node):
+                if gpu_job[g] is not None:
+                    raise InvariantViolation(f"GPU {g} of down node {node} is held by {gpu_job[g]!r}")
+                for a in tree.ancestors[tree.gpu_leaf[g]]:
+                    lo[a] += 1  # a down GPU counts as lent for good (see _set_down)
+                    down[a] += 1
+        if hi != self._hi or lo != self._lo or gpu_job != self._gpu_job or down != self._down:
             raise InvariantViolation("per-cell GPU counts are off")
+        if self.buddy is not None and self.buddy.bad != down:
+            raise InvariantViolation("the buddy allocator's bad-GPU counts are off")
         for vc in self.vcs:
             for top in vc.tops:
                 if self.buddy is None or self.buddy.state[top] != BOUND or self._hi[top] == 0:
@@ -884,5 +973,6 @@ class HivedPolicy(BasePolicy):
                 if self._ui is not None and self._ui.count(c) != ub - lo_ub:
                     raise InvariantViolation(f"cell {c}: unbound idle index is off")
                 for owner, av in self._av.items():
-                    if (c in av) != (self._owner[c] == owner) or (c in av and av.count(c) != tree.size[c] - hi[c]):
+                    have = tree.size[c] - hi[c] - down[c]
+                    if (c in av) != (self._owner[c] == owner) or (c in av and av.count(c) != have):
                         raise InvariantViolation(f"cell {c}: free index of owner {owner} is off")

@@ -39,6 +39,10 @@ does) when a second joins, and at the whole share again when it is left alone. `
 without predictions (the first GPU with room, whenever no GPU is idle: the "MPS-style" comparison point),
 ``tune=false`` keeps the batch sizes.
 
+Nodes lost and back (``on_nodes_changed``): the jobs of a lost node come back to the queue through
+``on_job_changed`` (their GPUs' co-location groups and tuners go with them); a node that changed marks its GPUs for
+re-filing and invalidates the memo of job kinds that could not be placed, since the free capacity changed.
+
 Cost: the policy keeps its own indexes, updated in :meth:`IADeepPolicy.on_job_changed`: pending jobs grouped by
 kind (single-GPU jobs by model, batch size, GPU types, memory and quota tenant; others by shape: a kind that
 cannot be placed this round is skipped wholesale), the co-locatable jobs on each GPU, and per GPU type the GPUs
@@ -50,7 +54,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,6 +288,14 @@ class IADeepPolicy(BasePolicy):
         # Only take note (this may run while a decision is being applied): the next round reads it.
         if job.spec.job_id in self._models:
             self._noted[job.spec.job_id] = None
+
+    def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:
+        # What is free changed without any job changing (a node back): the kinds that could not be placed must be
+        # tried again, and the nodes' GPUs re-filed (a lost node's jobs left through on_job_changed already).
+        self._epoch += 1
+        topo = view.topology
+        for n in nodes:
+            self._changed.update(dict.fromkeys(topo.node_gpus(n)))
 
     def on_job_changed(self, job: JobView, now_s: float) -> None:
         spec = job.spec

@@ -8,9 +8,10 @@ The rules, each with the section of the paper it comes from (``docs/policies/the
       rho(t) = (t - submit + remaining) / T_id,    T_id = work * max(1, demand / (G / N))
 
   ``remaining`` is the work left if the job runs from now on at the trace's pace; ``work`` its total work;
-  ``demand`` its GPUs (shares count: a half GPU is 0.5); ``G`` the cluster's GPUs; ``N`` the jobs contending
-  now (pending or running: each job is one of Themis' apps). A running job's remaining work falls one second
-  per second, so its rho stays put; a waiting job's rho grows at 1 / T_id, fastest for short jobs.
+  ``demand`` its GPUs (shares count: a half GPU is 0.5); ``G`` the cluster's GPUs (those on nodes that are up,
+  while some are down); ``N`` the jobs contending now (pending or running: each job is one of Themis' apps). A
+  running job's remaining work falls one second per second, so its rho stays put; a waiting job's rho grows at
+  1 / T_id, fastest for short jobs.
 - **Work estimates**: Themis' agents know their apps' total iterations (§4.3). Here the trace's ``duration_s``
   plays that part when a job has one: an oracle, as for SJF. Without one (live mode) a job is expected to run
   as long again as it has run so far, and at least one more lease: ``remaining = max(executed_s, lease_s)``.
@@ -42,6 +43,9 @@ The rules, each with the section of the paper it comes from (``docs/policies/the
 - **Placement preferences** (§4.3: agents bid for the GPU sets they value): every gang is placed by
   ``placement`` (``consolidated`` by default: fewest nodes, best fit; ``strict`` waits for the fewest nodes),
   and a renewed job stays where it is.
+
+Nodes lost (``on_nodes_changed``): nothing here is kept per node. A job requeued by a lost node waits and contends
+like any waiting job (its lease ended with its run), and ``G`` counts the GPUs that are up at each round.
 
 Cost: each job's figures (submission, work, progress, start, GPUs, tenant) sit in columns of one numpy array,
 kept incrementally by :meth:`ThemisPolicy.on_job_changed`; a round evaluates every active job's rho in a few
@@ -312,7 +316,9 @@ class ThemisPolicy(BasePolicy):
                 return self._decision(view, [] if launch is None else [launch], now_s)
 
         rows = self._active.rows[: self._active.n]
-        est = self._estimate(now_s, view.topology.num_gpus)
+        # G is the cluster's GPUs that are up: while nodes are down, an equal share is of what is left (§3.2's 1/N
+        # share of the cluster a job could be given).
+        est = self._estimate(now_s, sum(view.up_gpus(t) for t in range(len(view.topology.type_names))))
         tenant_pos = self._tenant_positions(est, rows)
         pending = np.flatnonzero(~est.running)
         capacity = float(planner.total_free())

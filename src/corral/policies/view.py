@@ -8,6 +8,12 @@ thousands of such queries.
 
 Contract (see :mod:`corral.policies.base`): the view does not change during a ``schedule`` call, and what it
 returns must not be mutated.
+
+Nodes can be down (lost; see :mod:`corral.engine.state`). Every count and index here is over the nodes that are
+up: a down node is in no bucket, its GPUs count in no free total and read as having no free share or memory.
+``topology`` and ``max_node_gpus`` describe the whole cluster, up or down; ``node_up``, ``down_nodes`` and
+``up_gpus`` say what is up now. A policy that keeps structures of its own about nodes hears of each change through
+``on_nodes_changed`` (:mod:`corral.policies.base`).
 """
 
 from __future__ import annotations
@@ -68,9 +74,23 @@ class ClusterView(Protocol):
     @property
     def num_running(self) -> int: ...
 
+    # --- nodes up and down ---------------------------------------------------------------------------------
+    def node_up(self, node: int) -> bool:
+        """Is ``node`` up (not lost)?"""
+        ...
+
+    def down_nodes(self) -> Collection[int]:
+        """The nodes that are down now, in the order they went down."""
+        ...
+
+    def up_gpus(self, gpu_type: int) -> int:
+        """GPUs of ``gpu_type`` on nodes that are up: the type's capacity now (``topology.type_num_gpus`` counts
+        every node)."""
+        ...
+
     # --- whole GPUs (share 1000 free), per GPU type index -------------------------------------------------
     def free_gpus(self, gpu_type: int) -> int:
-        """Number of entirely free GPUs of this type."""
+        """Number of entirely free GPUs of this type (on nodes that are up)."""
         ...
 
     def node_free(self, node: int) -> int:
@@ -90,7 +110,7 @@ class ClusterView(Protocol):
         ...
 
     def max_node_gpus(self, gpu_type: int) -> int:
-        """The most GPUs any node of ``gpu_type`` has (0 when the type has no nodes)."""
+        """The most GPUs any node of ``gpu_type`` has, up or down (0 when the type has no nodes)."""
         ...
 
     # --- shares and memory ---------------------------------------------------------------------------------

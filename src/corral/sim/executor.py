@@ -24,6 +24,14 @@ its profile and pair interference are those at that batch size (:mod:`corral.sim
 runs (:meth:`SimExecutor.batch_size_changed`) settles its progress at the old rate, then re-rates it and every job
 it interacts with, like a resize. Progress stays in reference-batch seconds, the unit of ``duration_s``.
 
+Node loss (:class:`~corral.engine.executor.NodeLossExecutor`): a run on a lost node is settled and dropped like a
+preemption, but the job keeps only the progress of its last checkpoint (:meth:`PerfModel.last_checkpoint`: the
+progress it launched from, or the last multiple of ``checkpoint_interval_s`` it reached). The explicit checkpoint a
+run starts from is its progress at launch, except for a job resumed from a suspend on the same node(s), whose
+state came from host memory, not a checkpoint: it keeps the checkpoint of the run it was suspended from. A job
+suspended to the lost node's host memory restarts from that checkpoint too. ``lost_work_gpu_s`` adds up the work
+lost (seconds of progress x GPUs, shares counted).
+
 Measured use, for every policy: each GPU's SM use (its jobs' SM busy fractions times their current speed, at
 most 1) and memory in use (their mean footprint over a mini-batch, within their caps) are kept as sums over the
 cluster and integrated over time, with change points for plots. Per job, the executor adds up the seconds it ran
@@ -39,7 +47,7 @@ from collections.abc import Iterable
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation
 from corral.core.events import DemandChanged, JobFinished
-from corral.core.job import JobSpec, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.executor import EventSink
@@ -56,6 +64,7 @@ class _Run:
         "activity",
         "base_rate",
         "batch",
+        "checkpoint_s",
         "demand",
         "demand_event",
         "done_s",
@@ -96,6 +105,7 @@ class _Run:
         self.demand_event: DemandChanged | None = None
         self.batch: int | None = None  # batch size it trains at (None: its model's reference)
         self.demand = 1.0  # the demand change applied to its profile so far (1.0: none yet)
+        self.checkpoint_s = done_s  # progress of the last explicit checkpoint (the one it started from)
 
     def seat(self, placement: Placement, spill_penalty: float) -> None:
         """Take ``placement``'s share and caps into account (its own throttles; partners are the executor's)."""
@@ -141,7 +151,9 @@ class SimExecutor:
         "_runs",
         "_sink",
         "_sm_sum",
+        "_suspended_checkpoint",
         "job_times",
+        "lost_work_gpu_s",
         "perf",
         "telemetry",
         "timeline_mem_mib",
@@ -169,6 +181,9 @@ class SimExecutor:
         self.timeline_sm: array[float] = array("d")  # SM-busy GPUs (sum of fractions) from each change on
         self.timeline_mem_mib: array[float] = array("d")
         self.job_times: dict[str, list[float]] = {}  # job -> [run_s, solo_s] over all its runs
+        # Suspended jobs: the explicit checkpoint of the run they were suspended from (see the module docstring).
+        self._suspended_checkpoint: dict[str, float] = {}
+        self.lost_work_gpu_s = 0.0  # work lost to node losses, progress seconds x GPUs
 
     def bind(self, sink: EventSink) -> None:
         self._sink = sink
@@ -180,6 +195,11 @@ class SimExecutor:
         if spec.duration_s is None or placement is None or self._sink is None:
             raise InvariantViolation(f"cannot simulate job {spec.job_id!r} without a duration and a placement")
         start = now_s + self._startup_s(job, placement)
+        checkpoint = job.work_done_s
+        if job.suspended_from is not None:
+            kept = self._suspended_checkpoint.pop(spec.job_id, None)
+            if kept is not None and self._same_nodes(job.suspended_from, placement):
+                checkpoint = kept  # resumed from host memory: its last checkpoint is the suspended run's
         batch = job.batch_size
         gpu = placement.gpus[0]
         profile = self.perf.profile(spec, gpu, batch)
@@ -201,6 +221,7 @@ class SimExecutor:
         run.switch = switch
         run.batch = batch
         run.demand = demand
+        run.checkpoint_s = checkpoint
         run.seat(placement, model.spill_penalty)
         self._runs[spec.job_id] = run
         self._enter(run, now_s)
@@ -210,18 +231,40 @@ class SimExecutor:
             return 0.0
         model = self.perf.model
         held = job.suspended_from
-        if held is not None:
-            node = self.perf.topo.gpu_node
-            if {node[g] for g in held.gpus} == {node[g] for g in placement.gpus}:
-                return model.suspend_resume_s
+        if held is not None and self._same_nodes(held, placement):
+            return model.suspend_resume_s
         return model.restore_s
+
+    def _same_nodes(self, a: Placement, b: Placement) -> bool:
+        node = self.perf.topo.gpu_node
+        return {node[g] for g in a.gpus} == {node[g] for g in b.gpus}
 
     def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
         run = self._runs.pop(job.spec.job_id)
         run.settle(now_s)
         self._leave(run, now_s)
+        if suspend:
+            self._suspended_checkpoint[job.spec.job_id] = run.checkpoint_s
         duration = job.spec.duration_s
         return run.done_s if duration is None else min(run.done_s, duration)
+
+    # -- NodeLossExecutor -------------------------------------------------------------------------------------
+    def run_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """The run ends without a checkpoint (its node is gone): settle it, drop it, and return the progress of its
+        last checkpoint, counting the rest as lost."""
+        checkpoint = self._runs[job.spec.job_id].checkpoint_s
+        done = self.preempt(job, now_s)
+        return self._lose(job, done, checkpoint)
+
+    def suspended_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """The host-memory state of suspended ``job`` is gone: it restarts from its last checkpoint."""
+        checkpoint = self._suspended_checkpoint.pop(job.spec.job_id, job.work_done_s)
+        return self._lose(job, job.work_done_s, checkpoint)
+
+    def _lose(self, job: JobStatus, done_s: float, checkpoint_s: float) -> float:
+        kept = self.perf.model.last_checkpoint(checkpoint_s, done_s)
+        self.lost_work_gpu_s += (done_s - kept) * job.spec.gpu_demand_milli / FULL_GPU_MILLI
+        return kept
 
     def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
         run = self._runs[job.spec.job_id]
@@ -273,6 +316,7 @@ class SimExecutor:
         self._rerate(partners, now_s)
 
     def finished(self, job: JobStatus, now_s: float) -> None:
+        self._suspended_checkpoint.pop(job.spec.job_id, None)
         run = self._runs.pop(job.spec.job_id, None)
         if run is not None:
             run.settle(now_s)

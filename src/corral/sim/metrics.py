@@ -11,6 +11,16 @@ Definitions (the names are the keys of ``summary.json``):
   the makespan window.
 - unschedulable = rejected on admission (a job that can never fit), each with a reason in ``jobs.csv``.
 
+Node failures (``--node-failures``, ``--node-failure-rate``; :mod:`corral.sim.failures`), all 0 in a replay without:
+
+- ``node_failures``: nodes lost during the replay (a node lost twice counts twice);
+- ``jobs_requeued_by_failures``: runs stopped and requeued because a node they held a GPU of was lost (a job
+  requeued twice counts twice); each also counts in ``preemptions``;
+- ``lost_work_gpu_h``: GPU-hours of work those losses undid (progress since each job's last checkpoint, see
+  ``corral.sim.perf``, times its GPUs; suspended state lost with a node included);
+- ``down_gpu_h``: GPU-hours of capacity down, over the makespan window. ``gpu_alloc_util`` keeps counting every
+  GPU, up or down, so that replays with and without failures compare on one scale.
+
 Finish-time fairness (Themis, NSDI'20 §3.2), computed for every policy so that they can be compared:
 
 - ``rho`` of a finished job = JCT / T_id, its time in the shared cluster over its time alone on an equal share.
@@ -74,6 +84,10 @@ SUMMARY_KEYS = (
     "makespan_s",
     "gpu_alloc_util",
     "preemptions",
+    "node_failures",
+    "jobs_requeued_by_failures",
+    "lost_work_gpu_h",
+    "down_gpu_h",
     "max_rho",
     "p50_rho",
     "p90_rho",
@@ -209,10 +223,25 @@ def _round_rho(x: float) -> float:
     return round(float(x), 4)
 
 
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """What node losses did in a replay, for :func:`summarize` (see the module docstring)."""
+
+    node_failures: int = 0
+    requeued: int = 0
+    lost_work_gpu_s: float = 0.0
+    down_gpu_s: float = 0.0
+
+
 def summarize(
-    jobs: Sequence[JobStatus], alloc_area_milli_s: float, num_gpus: int, usage: Usage | None = None
+    jobs: Sequence[JobStatus],
+    alloc_area_milli_s: float,
+    num_gpus: int,
+    usage: Usage | None = None,
+    failures: Failures | None = None,
 ) -> dict[str, Any]:
-    """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``."""
+    """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``, the node-failure ones
+    without ``failures``."""
     finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
     rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
     jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float, len(finished))
@@ -230,6 +259,11 @@ def summarize(
     out["makespan_s"] = _round(win.length_s)
     out["gpu_alloc_util"] = round(alloc_area_milli_s / capacity, 6) if capacity > 0 else 0.0
     out["preemptions"] = sum(j.preemptions for j in jobs)
+    f = failures if failures is not None else Failures()
+    out["node_failures"] = f.node_failures
+    out["jobs_requeued_by_failures"] = f.requeued
+    out["lost_work_gpu_h"] = _round(f.lost_work_gpu_s / 3600.0)
+    out["down_gpu_h"] = _round(f.down_gpu_s / 3600.0)
     out.update(rho_stats(jobs, job_rhos(jobs, num_gpus)))
     out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus))
     return out

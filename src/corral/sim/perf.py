@@ -17,7 +17,14 @@ Assumptions (each configurable in :class:`PerfModel`):
 - A job with a fractional share runs at its trace speed (its duration was measured at that share).
 - Preemption: the job's state is checkpointed when it is stopped and restored when it restarts. The model
   charges both at restart: a resumed job holds its new GPUs for ``restore_s`` seconds before making progress.
-  Progress is otherwise never lost (jobs checkpoint at the preemption point, as corral's job library does).
+  Progress is not lost to a preemption (jobs checkpoint at the preemption point, as corral's job library does).
+- Node loss (``NodeLost``, :mod:`corral.sim.failures`): a job also checkpoints every ``checkpoint_interval_s``
+  seconds of work (each time its progress crosses a multiple of it), and a run that starts from a checkpoint
+  starts at one. A lost node takes its processes with it, without a checkpoint: every job that held a GPU there
+  restarts (paying ``restore_s``) from its last checkpoint, the larger of its progress at the launch of the run
+  and the last multiple of the interval it reached; the work since is lost (``lost_work_gpu_h``). A job suspended
+  to that node's host memory loses that state the same way. ``checkpoint_interval_s=0``: a checkpoint at every
+  step, nothing lost. The default, 30 minutes, is a common interval for long training jobs.
 - Suspend/resume (``Preempt(suspend=True)``): the job stops at a mini-batch boundary and its state stays in the
   host memory of its node(s). Launched again on the same node(s) (the same set of nodes; any GPUs there) it pays
   ``suspend_resume_s`` instead of ``restore_s``; anywhere else, ``restore_s``. Gandiva (OSDI'18 §3.1) suspends at
@@ -49,6 +56,7 @@ Assumptions (each configurable in :class:`PerfModel`):
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -90,6 +98,12 @@ class PerfModel:
     spill_penalty: float = field(
         default=2.0, metadata={"help": "slowdown per fraction of a job's memory spilled to host (sim.sharing)"}
     )
+    checkpoint_interval_s: float = field(
+        default=1800.0,
+        metadata={
+            "help": "seconds of work between a job's checkpoints; a lost node loses the work since (0: none lost)"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("spread_rate", "cross_rack_rate"):
@@ -106,11 +120,24 @@ class PerfModel:
             value = getattr(self, name)
             if not 0 <= value < 1:
                 raise ConfigError(f"perf model: {name} must be in [0, 1), got {value}")
+        if not 0 <= self.checkpoint_interval_s < float("inf"):
+            raise ConfigError(
+                f"perf model: checkpoint_interval_s must be finite and >= 0, got {self.checkpoint_interval_s}"
+            )
         if not 0 <= self.spill_penalty < float("inf"):
             raise ConfigError(f"perf model: spill_penalty must be finite and >= 0, got {self.spill_penalty}")
 
     def bind(self, topology: Topology) -> BoundPerfModel:
         return BoundPerfModel(self, topology)
+
+    def last_checkpoint(self, checkpoint_s: float, done_s: float) -> float:
+        """The progress a job restarts from after losing its process at ``done_s`` of work, its last explicit
+        checkpoint (a launch from one, a preemption) being at ``checkpoint_s``: that, or the last multiple of
+        ``checkpoint_interval_s`` it reached since, whichever is later (see the module docstring)."""
+        every = self.checkpoint_interval_s
+        if every <= 0:
+            return done_s
+        return min(done_s, max(checkpoint_s, math.floor(done_s / every) * every))
 
 
 class BoundPerfModel:

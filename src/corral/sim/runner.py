@@ -1,12 +1,19 @@
 """Run one replay: a trace, a cluster, a policy and a performance model in, a :class:`SimulationResult` out.
 
 This is the library entry point the CLI, the benchmarks and the tests share.
+
+Node failures (``node_events``, from :mod:`corral.sim.failures`) are streamed to the engine one at a time, like
+arrivals: the engine runs every event before the next failure's time, then the failure is scheduled and ordered
+with the events of its instant (node events first). The stream may be endless (failures drawn at a rate): it is
+no longer read once nothing is left to do (no event queued, and no job waiting for a node to come back), so the
+failures after the last job ends neither run nor count.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +25,8 @@ from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
 from corral.sim.executor import SimExecutor
-from corral.sim.metrics import Usage, Window, per_tenant, summarize, tenant_quota_columns, window_of
+from corral.sim.failures import NodeEvent
+from corral.sim.metrics import Failures, Usage, Window, per_tenant, summarize, tenant_quota_columns, window_of
 from corral.sim.perf import PerfModel
 from corral.sim.trace import Trace
 
@@ -54,11 +62,13 @@ def simulate(
     record_decisions: bool = False,
     on_progress: Callable[[int], None] | None = None,
     check_invariants: bool = False,
+    node_events: Iterable[tuple[float, NodeEvent]] | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy`` in virtual time until every job finished or was rejected.
 
     ``on_progress(n)`` is called with the number of jobs submitted so far, every 1,024 jobs.
     ``check_invariants`` re-verifies the whole state after every round (slow; for tests).
+    ``node_events``: nodes lost and joined, in time order (see the module docstring).
     """
     started = time.perf_counter()
     for spec in trace.jobs:
@@ -78,6 +88,16 @@ def simulate(
             state.check_invariants()
 
         engine._round = checked_round  # type: ignore[method-assign]
+    if node_events is not None:
+        last = -math.inf
+        for time_s, event in node_events:
+            if time_s < last:
+                raise InputError(f"node events must come in time order: {event!r} at {time_s} after {last}")
+            last = time_s
+            engine.run_before(time_s)
+            if not engine.queue and (not state.num_pending or not state.down_nodes()):
+                break  # nothing left to do, and no job waits for a node to come back
+            engine.schedule(time_s, event)
     engine.run()
     jobs = list(state.jobs())
     win = window_of(jobs)
@@ -88,7 +108,13 @@ def simulate(
             held, short = state.tenant_areas(tenant.name, win.end_s)
             areas[tenant.name] = (tenant.quota_gpus, held, short)
     usage = Usage(sm_area, mem_area, sum(topo.gpu_mem_mib), executor.job_times, areas)
-    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage)
+    failures = Failures(
+        state.node_failures,
+        state.failure_requeues,
+        executor.lost_work_gpu_s,
+        state.down_gpu_area(win.start_s, win.end_s),
+    )
+    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures)
     tenants = per_tenant(jobs, topo.num_gpus)
     if areas:
         tenant_quota_columns(tenants, usage, win)
