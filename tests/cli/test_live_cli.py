@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -314,3 +315,14 @@ def test_jobs_shows_a_page_and_the_way_to_the_next(server: Server) -> None:
     assert "--cursor" not in out
     code, out = run(server, "jobs", "--cursor", "not-a-cursor", token=ALICE)
     assert code == 2 and "error: query parameter 'cursor': not a cursor this server gave" in out
+
+
+def test_corral_job_names_the_node_and_gpus_of_each_rank() -> None:
+    from corral.cli.live import _ranks
+
+    gpus = [{"node": n} for n in ("node0", "node0", "node1", "node1", "node2", "node2")]
+    snap: Any = {"nodes": [{"name": f"node{i}"} for i in range(3)], "gpus": gpus}
+    job: Any = {"placement": {"gpus": [4, 5, 2, 3]}}
+    assert _ranks(job, snap) == "rank 0: node1 GPUs 2,3; rank 1: node2 GPUs 4,5"
+    assert _ranks({"placement": None}, snap) == ""  # type: ignore[arg-type]
+    assert _ranks(job, {"nodes": [{"name": "local"}], "gpus": gpus}) == ""  # type: ignore[arg-type]

@@ -225,3 +225,26 @@ def test_a_kept_admin_token_that_is_too_short_is_refused(tmp_path: Path) -> None
     os.chmod(tmp_path / "admin.token", 0o600)
     with pytest.raises(InputError, match=r"admin\.token: the kept admin token is too short"):
         ensure_admin_token(ServeConfig(state_dir=tmp_path))
+
+
+@pytest.mark.parametrize("spec", ["auto", "127.0.0.1:6379", "ray://head:10001", "local:3x2", "local:16x64"])
+def test_ray_specs(tmp_path: Path, spec: str) -> None:
+    config = load_config(None, state_dir=str(tmp_path / "s"), ray=spec)
+    assert config.ray == spec and config.gpus is None
+
+
+@pytest.mark.parametrize("spec", ["local:0x2", "local:3x0", "local:17x2", "local:3", "nowhere", "local:auto"])
+def test_bad_ray_specs_are_named(tmp_path: Path, spec: str) -> None:
+    with pytest.raises(InputError, match="ray") as e:
+        load_config(None, state_dir=str(tmp_path / "s"), ray=spec)
+    assert "local:NxG" in str(e.value)
+
+
+def test_ray_and_stand_in_gpus_do_not_mix(tmp_path: Path) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text('[server]\nray = "local:2x2"\ngpus = 2\ncheckpoint_dir = "ckpt"\n')
+    with pytest.raises(InputError, match="gpus"):
+        load_config(path)
+    path.write_text('[server]\nray = "local:2x2"\ncheckpoint_dir = "ckpt"\n')
+    config = load_config(path)
+    assert config.checkpoint_dir == tmp_path / "ckpt"

@@ -200,6 +200,18 @@ def _gpus_words(snapshot: ClusterSnapshot) -> str:
     help=f"Where the database, logs, checkpoints and tokens live (default ./{DEFAULT_STATE_DIR}).",
 )
 @click.option("--grace", "grace_s", type=float, help="Seconds a preempted job has to checkpoint and exit (default 30).")
+@click.option(
+    "--ray",
+    "ray",
+    metavar="auto|ADDRESS|local:NxG",
+    help="Schedule the GPU nodes of a Ray cluster (pip install 'corral[ray]'): join one (auto, or its address), "
+    "or start N local nodes of G stand-in GPUs for trying multi-node on one machine.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    help="With --ray: a directory every node shares, for checkpoints (default STATE_DIR/checkpoints).",
+)
 def serve(
     config_path: str | None,
     gpus: int | None,
@@ -208,6 +220,8 @@ def serve(
     port: int | None,
     state_dir: str | None,
     grace_s: float | None,
+    ray: str | None,
+    checkpoint_dir: str | None,
 ) -> None:
     """Run the live scheduler and its HTTP API in the foreground (Ctrl-C stops it; jobs keep running)."""
     with _errors():
@@ -221,6 +235,8 @@ def serve(
             port=port,
             state_dir=state_dir,
             grace_s=grace_s,
+            ray=ray,
+            checkpoint_dir=checkpoint_dir,
         )
         if host is None and not _is_loopback(config.host):
             raise ConfigError(
@@ -485,6 +501,20 @@ def _placement(job: JobJson) -> str:
     return f"GPU {gpus}{share}{' (opp)' if p['opportunistic'] else ''}"
 
 
+def _ranks(job: JobJson, snap: ClusterJson | None) -> str:
+    """Where each rank of a job runs, with several nodes: ``rank 0: node0 GPUs 0,1; rank 1: node1 GPUs 2,3``
+    (ranks by node order, as the gang environment numbers them)."""
+    p = job["placement"]
+    if p is None or snap is None or len(snap["nodes"]) < 2:
+        return ""
+    nodes = [n["name"] for n in snap["nodes"]]
+    by_node: dict[str, list[int]] = {}
+    for g in p["gpus"]:
+        by_node.setdefault(snap["gpus"][g]["node"], []).append(g)
+    ranked = sorted(by_node.items(), key=lambda kv: nodes.index(kv[0]) if kv[0] in nodes else len(nodes))
+    return "; ".join(f"rank {r}: {safe(node)} GPUs {','.join(map(str, gpus))}" for r, (node, gpus) in enumerate(ranked))
+
+
 def _phase(phase: str) -> str:
     style = _PHASE_STYLE.get(phase)
     return f"[{style}]{phase}[/]" if style else safe(phase)
@@ -565,6 +595,7 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
         with make_client(**client) as api:
             record = api.job(job_id)
             events = api.events(job_id)
+            snap = api.cluster() if record["placement"] is not None else None
         if as_json:
             _print_json({"job": record, "events": events})
             return
@@ -593,6 +624,9 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
              + (f", exit code {proc['exit_code']}" if proc["exit_code"] is not None else "")
              + (f", signal {proc['exit_signal']}" if proc["exit_signal"] is not None else "")),
         ]  # fmt: skip
+        ranks = _ranks(record, snap)
+        if ranks:
+            rows.insert(5, ("ranks", ranks))
         if record["env"]:
             rows.append(("env", safe(" ".join(f"{k}={v}" for k, v in sorted(record["env"].items())))))
         tel = record["telemetry"]
@@ -705,8 +739,29 @@ def show_live_cluster(url: str | None, token: str | None, client_state_dir: str 
         if as_json:
             _print_json({"cluster": snap, "tenants": found})
             return
+        if len(snap["nodes"]) > 1 or any(n["state"] != "alive" for n in snap["nodes"]):
+            console.print(_node_table(snap))
         console.print(_cluster_table(snap))
         console.print(_tenant_table(found))
+
+
+def _node_table(snap: ClusterJson) -> Table:
+    """The nodes, alive or lost, with the jobs on each (several machines: ``corral serve --ray``)."""
+    on_node: dict[str, set[str]] = {}
+    for g in snap["gpus"]:
+        names = on_node.setdefault(g["node"], set())
+        names.update(safe(j["job_id"]) for j in g["jobs"])
+        if g["busy"] and not g["jobs"]:
+            names.add("another tenant's")
+    table = Table(title=f"{len(snap['nodes'])} nodes")
+    table.add_column("node")
+    table.add_column("state")
+    table.add_column("GPUs", justify="right")
+    table.add_column("jobs")
+    for n in snap["nodes"]:
+        state = "[bold red]lost[/]" if n["state"] == "lost" else "alive"
+        table.add_row(safe(n["name"]), state, str(n["num_gpus"]), ", ".join(sorted(on_node.get(n["name"], ()))) or "-")
+    return table
 
 
 def _cluster_table(snap: ClusterJson) -> Table:

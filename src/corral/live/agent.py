@@ -239,6 +239,7 @@ class _Run:
     pidfd: int | None = None
     registered: bool = False  # pidfd in the selector
     requested: StopRequest | None = None
+    stop_seq: int | None = None  # the ``seq`` of the Checkpoint directive that asks it to stop (a gang's rank)
     term_deferred: bool = False  # SIGTERM held back until the shim forwards signals (its pid file exists)
     kill_at: float | None = None  # time.monotonic() deadline for SIGKILL
     killed: bool = False
@@ -463,8 +464,12 @@ class Agent:
         report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S,
         python: str = sys.executable,
         sampler: GpuSampler | None = None,
+        checkpoint_root: Path | None = None,
     ) -> None:
         self._state_dir = Path(state_dir).absolute()
+        # Where checkpoints live: the state directory, or a directory every node shares (a gang's rank 0 writes
+        # the checkpoint that every rank, on whichever nodes the job runs next, resumes from).
+        self._checkpoint_root = Path(checkpoint_root).absolute() if checkpoint_root is not None else self._state_dir
         self._gpus = tuple(gpus)
         # NVML sampling of the jobs' processes, on real GPUs only (stand-ins have nothing to sample).
         if sampler is None and any(not g.stand_in for g in self._gpus):
@@ -529,7 +534,11 @@ class Agent:
         tenant = tenant or self._tenant(job_id, "checkpoints", name)
         if tenant is None:
             return self._state_dir / "checkpoints" / name  # where an earlier corral kept it (if it did)
-        return self.tenant_dir(tenant) / "checkpoints" / name
+        return self._checkpoints_of(tenant) / name
+
+    def _checkpoints_of(self, tenant: str) -> Path:
+        """A tenant's checkpoint directory: under the state directory, or under the shared checkpoint root."""
+        return self._checkpoint_root / _TENANTS / safe_name(tenant) / "checkpoints"
 
     def _tenant(self, job_id: str, sub: str, name: str) -> str | None:
         tenant = self._tenant_of.get(job_id)
@@ -740,21 +749,23 @@ class Agent:
             return f"grace_s must be >= 0, got {req.grace_s!r}"
         return None
 
-    def preempt(self, job_id: str, run: int) -> None:
+    def preempt(self, job_id: str, run: int, *, seq: int | None = None) -> None:
         """Ask the run to checkpoint and exit (:class:`~corral.core.contract.Checkpoint` if connected, else
         ``SIGTERM``); ``SIGKILL`` its group after its grace period. Its exit comes with ``requested="preempt"``."""
-        self._stop(job_id, run, "preempt")
+        self._stop(job_id, run, "preempt", seq)
 
     def cancel(self, job_id: str, run: int) -> None:
         """Stop the run (``SIGTERM``, then ``SIGKILL`` after its grace period); a launch not yet spawned is
         dropped. Its exit comes with ``requested="cancel"``."""
         self._stop(job_id, run, "cancel")
 
-    def _stop(self, job_id: str, run_no: int, how: StopRequest) -> None:
+    def _stop(self, job_id: str, run_no: int, how: StopRequest, seq: int | None = None) -> None:
         with self._lock:
             run = self._lookup(job_id, run_no, how)
             if run is None:
                 return
+            if seq is not None:
+                run.stop_seq = seq
             if run.state == "pending":
                 self._pending.remove(run.key)
                 del self._runs[run.key]
@@ -773,7 +784,7 @@ class Agent:
         """Ask a running process to stop (lock held) and set its kill deadline."""
         asked = False
         if run.requested == "preempt" and not signal_only:
-            asked = self._send(run, contract.Checkpoint(reason="preempt"))
+            asked = self._send(run, contract.Checkpoint(reason="preempt", seq=run.stop_seq))
         if not asked:
             self._signal_shim(run, signal.SIGTERM)
         if run.paused_by == "signal":  # a stopped group cannot act on SIGTERM
@@ -783,7 +794,7 @@ class Agent:
         run.kill_at = deadline if run.kill_at is None else min(run.kill_at, deadline)
         self._wake()
 
-    def pause(self, job_id: str, run: int, *, evict: bool = False) -> None:
+    def pause(self, job_id: str, run: int, *, evict: bool = False, seq: int | None = None) -> None:
         """Pause the run: :class:`~corral.core.contract.Pause` if connected (at a step boundary; with ``evict``
         the job moves its state to host memory and gives its GPU memory back, else keeps it), else ``SIGSTOP`` to
         its process group (GPU memory kept either way)."""
@@ -791,19 +802,19 @@ class Agent:
             r = self._lookup(job_id, run, "pause", running=True)
             if r is None or r.paused_by is not None or r.requested is not None:
                 return
-            if self._send(r, contract.Pause(reason="evict" if evict else "pause", evict=evict)):
+            if self._send(r, contract.Pause(reason="evict" if evict else "pause", evict=evict, seq=seq)):
                 r.paused_by = "channel"
             elif self._signal_group(r, signal.SIGSTOP):
                 r.paused_by = "signal"
 
-    def resume(self, job_id: str, run: int) -> None:
+    def resume(self, job_id: str, run: int, *, seq: int | None = None) -> None:
         """Resume a paused run: :class:`~corral.core.contract.Resume` if it was paused over the channel and is
         still connected, else ``SIGCONT`` to its process group."""
         with self._lock:
             r = self._lookup(job_id, run, "resume", running=True)
             if r is None:
                 return
-            if not (r.paused_by == "channel" and self._send(r, contract.Resume())):
+            if not (r.paused_by == "channel" and self._send(r, contract.Resume(seq=seq))):
                 self._signal_group(r, signal.SIGCONT)
             r.paused_by = None
 
@@ -1201,6 +1212,13 @@ class Agent:
         passage = _PASSAGE_DIR if user.switch else _PRIVATE_DIR
         for path in (tdir, tdir / "logs", tdir / "checkpoints"):
             _ensure_dir(path, passage)
+        if self._checkpoint_root != sd:
+            root = self._checkpoint_root
+            root.mkdir(parents=True, exist_ok=True)
+            _ensure_dir(root, _PRIVATE_DIR if not user.switch else _PASSAGE_DIR, top=True)
+            _ensure_dir(root / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
+            for path in (self._checkpoints_of(req.tenant).parent, self._checkpoints_of(req.tenant)):
+                _ensure_dir(path, passage)
         if user.switch:
             self._open_for(req.tenant)
         ckpt = self.checkpoint_dir(req.job_id, req.tenant)

@@ -292,6 +292,14 @@ class GpuOut(_Model):
     )
 
 
+class NodeOut(_Model):
+    """One node."""
+
+    name: str = Field(description="The node (with Ray: its corral.node label, else node-<Ray node id>).")
+    state: Literal["alive", "lost"] = Field(description="lost: its agent or machine is gone, its GPUs unused.")
+    num_gpus: int = Field(description="Its GPUs.")
+
+
 class ClusterOut(_Model):
     """The cluster as the scheduler sees it."""
 
@@ -301,6 +309,7 @@ class ClusterOut(_Model):
     pending: int = Field(description="Jobs waiting (with a tenant's token: that tenant's).")
     running: int = Field(description="Jobs running (with a tenant's token: that tenant's).")
     gpus: list[GpuOut] = Field(description="Every GPU.")
+    nodes: list[NodeOut] = Field(description="Every node, alive or lost.")
 
 
 class TenantOut(_Model):
@@ -429,6 +438,7 @@ def cluster_out(snap: ClusterSnapshot, viewer: str | None) -> ClusterOut:
         pending=pending,
         running=running,
         gpus=gpus,
+        nodes=[NodeOut(name=n.name, state=n.state, num_gpus=n.num_gpus) for n in snap.nodes],  # type: ignore[arg-type]
     )
 
 

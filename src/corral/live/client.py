@@ -130,6 +130,12 @@ class GpuJson(TypedDict):
     mem_used_mib: int | None
 
 
+class NodeJson(TypedDict):
+    name: str
+    state: str
+    num_gpus: int
+
+
 class ClusterJson(TypedDict):
     policy: str
     num_gpus: int
@@ -137,6 +143,7 @@ class ClusterJson(TypedDict):
     pending: int
     running: int
     gpus: list[GpuJson]
+    nodes: list[NodeJson]
 
 
 class TenantJson(TypedDict):

@@ -27,7 +27,9 @@ Example ``corral.toml``::
     run_as = "nlp-jobs"         # run its jobs as this Unix user (corral serve must run as root)
 
 Keys of ``[server]``: ``host``, ``port`` (1..65535), ``policy``, ``gpus`` (stand-in GPUs, 1..4096),
-``stand_in_mem_mib``, ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or ``admin_token_env``.
+``stand_in_mem_mib``, ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or ``admin_token_env``,
+``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster; see ``docs/live.md``,
+"Many machines") and ``checkpoint_dir`` (with Ray: a directory every node shares).
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -85,6 +87,8 @@ _SERVER_KEYS = (
     "max_body_bytes",
     "admin_token",
     "admin_token_env",
+    "ray",
+    "checkpoint_dir",
 )
 _TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
 _CLI = "<command line>"
@@ -99,6 +103,8 @@ _FLAGS = {
     "stand_in_mem_mib": "--stand-in-mem-mib",
     "max_body_bytes": "--max-body-bytes",
     "admin_token": "--admin-token",
+    "ray": "--ray",
+    "checkpoint_dir": "--checkpoint-dir",
 }
 
 
@@ -157,6 +163,8 @@ class ServeConfig:
     admin_token: str | None = None
     grace_s: float = 30.0
     max_body_bytes: int = 64 * 1024
+    ray: str | None = None  # None: this machine alone; "auto", a Ray address, or "local:NxG" (docs/live.md)
+    checkpoint_dir: Path | None = None  # with Ray: a directory every node shares (default STATE_DIR/checkpoints)
 
     def __post_init__(self) -> None:
         # The same checks as load_config, for configs built in code (tests, embedding); the file's own errors
@@ -237,6 +245,10 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         values["max_body_bytes"] = _int(server, "max_body_bytes", file, "server", low=1024)
     if "state_dir" in server:
         values["state_dir"] = base_dir / Path(_string(server, "state_dir", file, "server")).expanduser()
+    if "ray" in server:
+        values["ray"] = _string(server, "ray", file, "server")
+    if "checkpoint_dir" in server:
+        values["checkpoint_dir"] = base_dir / Path(_string(server, "checkpoint_dir", file, "server")).expanduser()
     token = _token(server, "admin_token", "admin_token_env", file, "server")
     if token is not None:
         values["admin_token"] = token
@@ -251,8 +263,8 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         if value is None:
             continue
         flag = _FLAGS.get(key, key)
-        if key == "state_dir":
-            values["state_dir"] = Path(value).expanduser()
+        if key in ("state_dir", "checkpoint_dir"):
+            values[key] = Path(value).expanduser().absolute()
         elif key in ("port", "gpus", "stand_in_mem_mib", "max_body_bytes"):
             low, high = {"port": (1, 65535), "gpus": (1, MAX_STAND_IN_GPUS)}.get(key, (1, None))
             values[key] = _int({flag: value}, flag, _CLI, "", low=low, high=high)
@@ -547,6 +559,23 @@ def _check_run_as(tenants: tuple[TenantConfig, ...], file: str) -> None:
                 )
 
 
+_RAY_LOCAL = re.compile(r"local:([0-9]{1,2})x([0-9]{1,2})")
+
+
+def _check_ray(spec: str, file: str) -> None:
+    """``auto``, a Ray address (``HOST:PORT``, ``ray://HOST:PORT``), or ``local:NxG`` (1..16 nodes of 1..64 GPUs)."""
+    expected = "auto, a Ray address (HOST:PORT), or local:NxG with 1..16 nodes of 1..64 stand-in GPUs"
+    m = _RAY_LOCAL.fullmatch(spec)
+    if m is not None:
+        n, g = int(m.group(1)), int(m.group(2))
+        if 1 <= n <= 16 and 1 <= g <= 64:
+            return
+        raise ConfigFileError("bad value", file=file, column="ray", expected=expected, got=spec)
+    if spec == "auto" or (spec and not spec.startswith("local") and ":" in spec and spec.strip() == spec):
+        return
+    raise ConfigFileError("bad value", file=file, column="ray", expected=expected, got=spec)
+
+
 def _check_config(config: ServeConfig, file: str) -> None:
     if not isinstance(config.state_dir, Path):
         raise ConfigFileError("bad value", file=file, column="state_dir", expected="a Path", got=config.state_dir)
@@ -558,6 +587,16 @@ def _check_config(config: ServeConfig, file: str) -> None:
     _int({"stand_in_mem_mib": config.stand_in_mem_mib}, "stand_in_mem_mib", file, "", low=1)
     _int({"max_body_bytes": config.max_body_bytes}, "max_body_bytes", file, "", low=1024)
     _seconds({"grace_s": config.grace_s}, "grace_s", file, "")
+    if config.ray is not None:
+        _check_ray(config.ray, file)
+        if config.gpus is not None:
+            raise ConfigFileError(
+                "gpus and ray together",
+                file=file,
+                column="gpus",
+                expected="no gpus with ray: the Ray nodes' GPUs are the cluster (local:NxG declares stand-ins)",
+                got=config.gpus,
+            )
     if not config.tenants:
         raise ConfigFileError("no tenants", file=file, column="tenants", expected="at least one tenant")
     for i, t in enumerate(config.tenants):

@@ -24,6 +24,13 @@ Recovery (:meth:`Controller.recover`, called by :meth:`Controller.start`): every
 taken back. A running job whose process the agent can still see is reattached and keeps running; one whose
 process is gone goes back to the queue with its progress and restarts from its last checkpoint.
 
+Several machines (``corral serve --ray``): the agent is a :class:`~corral.live.nodes.Nodes`, the agents of the
+Ray cluster's GPU nodes behind one interface (:mod:`corral.live.transport.ray` carries the calls), and the cluster
+model has a node per machine (:func:`cluster_for_nodes`). A job across nodes is one run of a gang to the
+controller. A machine lost or back comes in as :class:`~corral.live.nodes.NodeDown`/``NodeUp`` and goes to the
+engine as ``NodeLost``/``NodeJoined``, which requeues the jobs that had a rank there
+(:meth:`LiveExecutor.run_lost`).
+
 The same class runs on a :class:`~corral.engine.clock.VirtualClock` with a
 :class:`~corral.live.virtual.VirtualAgent` (:meth:`Controller.run_virtual`): the parity test replays a trace
 through the controller and through the simulator and compares the decision logs.
@@ -37,7 +44,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,7 +53,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from corral.core import contract
 from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
 from corral.core.errors import CorralError, InvariantViolation
-from corral.core.events import JobCancelled, JobFailed, JobFinished, JobInterrupted, JobSubmitted, TimerFired
+from corral.core.events import (
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobInterrupted,
+    JobSubmitted,
+    NodeJoined,
+    NodeLost,
+    TimerFired,
+)
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
@@ -64,6 +80,7 @@ from corral.live.agent import (
     ProcessStarted,
 )
 from corral.live.gpus import GpuInfo
+from corral.live.nodes import NodeDown, NodeReport, Nodes, NodeUp
 from corral.live.records import (
     BadRequest,
     ClusterSnapshot,
@@ -71,6 +88,7 @@ from corral.live.records import (
     GpuSnapshot,
     JobRecord,
     JobRequest,
+    NodeSnapshot,
     ProcessPhase,
     ProcessState,
     TenantSnapshot,
@@ -118,6 +136,33 @@ def cluster_for(gpus: Sequence[GpuInfo], tenants: Iterable[Tenant], name: str = 
         nodes.append(NodeSpec(node, type_name, len(group)))
         order.extend(g.index for g in group)
     return Cluster(name, tuple(types), tuple(nodes), tuple(tenants)), order
+
+
+def cluster_for_nodes(
+    nodes: Sequence[tuple[str, Sequence[GpuInfo]]], tenants: Iterable[Tenant], name: str = "ray"
+) -> tuple[Cluster, list[int], dict[str, tuple[str, ...]]]:
+    """The scheduler's model of several machines (:meth:`corral.live.nodes.Nodes.node_gpus`): each machine is a
+    node (one per GPU type it has, named ``MACHINE-TYPE``, when it has several types). Returns the cluster, for
+    each engine GPU index the agent's (global) GPU index, and for each machine the names of its engine nodes."""
+    types: dict[str, int] = {}
+    specs: list[NodeSpec] = []
+    order: list[int] = []
+    engine_nodes: dict[str, tuple[str, ...]] = {}
+    for machine, gpus in nodes:
+        by_type: dict[str, list[GpuInfo]] = {}
+        for g in gpus:
+            by_type.setdefault(g.type_name, []).append(g)
+        names = []
+        for type_name, group in by_type.items():
+            mem = min(g.mem_mib for g in group)
+            types[type_name] = min(mem, types.get(type_name, mem))
+            node = machine if len(by_type) == 1 else f"{machine}-{type_name}"
+            specs.append(NodeSpec(node, type_name, len(group)))
+            order.extend(g.index for g in group)
+            names.append(node)
+        engine_nodes[machine] = tuple(names)
+    gpu_types = tuple(GpuType(t, mem) for t, mem in types.items())
+    return Cluster(name, gpu_types, tuple(specs), tuple(tenants)), order, engine_nodes
 
 
 @dataclass(slots=True)
@@ -188,6 +233,36 @@ class LiveExecutor:
         last = job.last_start_s
         # Live jobs have no known duration: progress is measured in time held, as Tiresias' attained service.
         return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
+
+    def run_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """A node of the job's run was lost (:class:`~corral.engine.executor.NodeLossExecutor`): its ranks there
+        are gone; those elsewhere are stopped (a gang cannot go on without a rank, nor checkpoint). The job
+        restarts from the last checkpoint it wrote itself; what it did is counted, as for a preemption, in time
+        held (the controller cannot know which step that checkpoint holds)."""
+        c = self._c
+        job_id = job.spec.job_id
+        proc = c.process(job_id)
+        if proc.phase is not ProcessPhase.NONE:
+            proc.phase = ProcessPhase.STOPPING
+            proc.stopping_for = "cancel"
+            run = proc.run
+            c.command(lambda: c.agent.cancel(job_id, run))
+        c.note(job_id, "node lost", f"node {node} lost; run {proc.run} stopped, requeued from its last checkpoint")
+        last = job.last_start_s
+        return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
+
+    def suspended_lost(self, job: JobStatus, now_s: float, node: str) -> float:
+        """A suspended job's paused process was on the lost node: it restarts from its last checkpoint."""
+        c = self._c
+        job_id = job.spec.job_id
+        proc = c.process(job_id)
+        if proc.phase is ProcessPhase.PAUSED:
+            proc.phase = ProcessPhase.STOPPING
+            proc.stopping_for = "cancel"
+            run = proc.run
+            c.command(lambda: c.agent.cancel(job_id, run))
+        c.note(job_id, "node lost", f"node {node} lost with the suspended run {proc.run}")
+        return job.work_done_s
 
     def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
         c = self._c
@@ -265,8 +340,12 @@ class Controller:
         grace_s: float = contract.DEFAULT_GRACE_S,
         record_decisions: bool = False,
         config: ServeConfig | None = None,
+        machines: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.config = config
+        # With several machines: each machine's engine nodes (a machine with two GPU types is two engine nodes).
+        self.machines: dict[str, tuple[str, ...]] = dict(machines or {})
+        self._closers: list[Callable[[], None]] = []
         self.cluster_spec = cluster
         self.topology = Topology(cluster)
         self.policy = policy
@@ -304,19 +383,39 @@ class Controller:
         from corral.live.gpus import discover_gpus
         from corral.policies.registry import make_policy
 
-        gpus = discover_gpus(config.gpus, stand_in_mem_mib=config.stand_in_mem_mib)
         tenants = [Tenant(t.name, t.quota_gpus) for t in config.tenants]
-        cluster, order = cluster_for(gpus, tenants)
         policy = make_policy(config.policy)
         state_dir = Path(config.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        store = Store(state_dir / "corral.db")
         holder: list[Controller] = []
 
-        def deliver(report: AgentReport) -> None:
+        def deliver(report: NodeReport) -> None:
             holder[0].deliver(report)
 
-        agent = Agent(state_dir, gpus, deliver)
+        agent: AgentLike
+        machines: dict[str, tuple[str, ...]] = {}
+        closers: list[Callable[[], None]] = []
+        if config.ray is None:  # the embedded default: this machine, its agent in this process, no Ray
+            gpus = discover_gpus(config.gpus, stand_in_mem_mib=config.stand_in_mem_mib)
+            cluster, order = cluster_for(gpus, tenants)
+            agent = Agent(state_dir, gpus, deliver)
+        else:
+            from corral.live.transport.ray import RayCluster, RayOptions
+
+            ray_cluster = RayCluster(
+                RayOptions(
+                    config.ray,
+                    str(state_dir),
+                    checkpoint_dir=str(config.checkpoint_dir) if config.checkpoint_dir is not None else None,
+                    stand_in_mem_mib=config.stand_in_mem_mib,
+                )
+            )
+            nodes = Nodes(ray_cluster.connect(), deliver)
+            ray_cluster.on_node_back = nodes.rejoin
+            closers.append(ray_cluster.close)
+            cluster, order, machines = cluster_for_nodes(nodes.node_gpus(), tenants)
+            agent = nodes
+        store = Store(state_dir / "corral.db")
         controller = cls(
             cluster=cluster,
             policy=policy,
@@ -325,7 +424,9 @@ class Controller:
             gpu_order=order,
             grace_s=config.grace_s,
             config=config,
+            machines=machines,
         )
+        controller._closers.extend(closers)
         holder.append(controller)
         return controller
 
@@ -353,6 +454,12 @@ class Controller:
         if self._agent_started:
             self.agent.close()
             self._agent_started = False
+        for close in self._closers:
+            try:
+                close()
+            except Exception:
+                log.exception("stopping the controller")
+        self._closers.clear()
 
     def recover(self) -> None:
         """Take back every unfinished job from the store (see the module docstring). Runs before the loop."""
@@ -363,7 +470,7 @@ class Controller:
             self._requests[job_id] = rec.request
             self._seq[job_id] = rec.seq
             self._proc[job_id] = proc
-            alive = proc.phase is not ProcessPhase.NONE and self.agent.adopt(job_id, proc.run)
+            alive = proc.phase is not ProcessPhase.NONE and self._adopt(job_id, proc.run, status)
             if status.phase.is_terminal:  # cancelled or failed while its process was being stopped
                 if alive:
                     run = proc.run
@@ -400,6 +507,15 @@ class Controller:
         # A round soon after, even if nothing else happens: the restored queue may fit now.
         self.engine.schedule(now, TimerFired("restart"))
         self._flush(now)
+
+    def _adopt(self, job_id: str, run: int, status: JobStatus) -> bool:
+        """Ask the agent to take back a run; several nodes' agents are told the GPUs it held (a gang needs all its
+        ranks back, or none)."""
+        agent = self.agent
+        held = status.placement if status.placement is not None else status.suspended_from
+        if isinstance(agent, Nodes) and held is not None:
+            return agent.adopt(job_id, run, gpus=[self.gpu_order[g] for g in held.gpus])
+        return agent.adopt(job_id, run)
 
     # ------------------------------------------------------------------------------------------------------
     # The loop
@@ -456,6 +572,8 @@ class Controller:
                     cancels.append(item.payload)
                 elif item.kind == "report":
                     self._on_report(item.payload, now)
+                elif item.kind == "node":
+                    self._on_node(item.payload, now)
             except Exception as e:
                 self.failed_items += 1
                 log.exception(
@@ -542,27 +660,42 @@ class Controller:
         """Virtual-clock runs: stream trace jobs to the engine (they are written to the store as they arrive)."""
         self.engine.feed(jobs)
 
-    def run_virtual(self, *, turns: int | None = None) -> None:
+    def run_virtual(
+        self, *, turns: int | None = None, node_events: Iterable[tuple[float, NodeLost | NodeJoined]] = ()
+    ) -> None:
         """Run to the end on a virtual clock, with an agent that reports in virtual time (see
         :class:`~corral.live.virtual.VirtualAgent`): each step goes to the earliest engine event or agent
         report, exactly as :meth:`Engine.run` goes from event to event.
 
         ``turns`` stops after that many turns, as a ``kill -9`` between two turns would (restart tests: a new
-        controller on the same store and agent then takes over)."""
+        controller on the same store and agent then takes over). ``node_events`` (in time order) are nodes lost and
+        back, given to the engine as the simulator gives them (:func:`corral.sim.runner.simulate`): once everything
+        before their time is done, and only while something is left to do."""
         agent = self.agent
         next_report = getattr(agent, "next_report_s", None)
         due = getattr(agent, "reports_due", None)
         if next_report is None or due is None:
             raise CorralError("run_virtual needs an agent that reports in virtual time (VirtualAgent)")
         self.recover()
+        events = iter(node_events)
+        upcoming = next(events, None)
         done = 0
         while turns is None or done < turns:
-            done += 1
             t_engine = self.engine.queue.peek_time() if self.engine.queue else math.inf
             t_agent = next_report()
             t = min(t_engine, math.inf if t_agent is None else t_agent)
+            if upcoming is not None and upcoming[0] <= t:
+                t_node, event = upcoming
+                upcoming = next(events, None)
+                state = self.state
+                if t == math.inf and (not state.num_pending or not state.down_nodes()):
+                    upcoming = None  # nothing left to do, and no job waits for a node to come back
+                else:
+                    self.engine.schedule(t_node, event)
+                continue
             if t == math.inf:
                 break
+            done += 1
             self.clock.advance_to(t)
             items = [_Item("report", r) for r in due(t)]
             self._turn(t, items)
@@ -633,9 +766,25 @@ class Controller:
     # ------------------------------------------------------------------------------------------------------
     # Agent reports
     # ------------------------------------------------------------------------------------------------------
-    def deliver(self, report: AgentReport) -> None:
-        """Called from the agent's threads."""
-        self._inbox.put(_Item("report", report))
+    def deliver(self, report: NodeReport) -> None:
+        """Called from the agent's threads (a node's loss or return, with several nodes, too)."""
+        if isinstance(report, NodeDown | NodeUp):
+            self._inbox.put(_Item("node", report))
+        else:
+            self._inbox.put(_Item("report", report))
+
+    def _on_node(self, report: NodeDown | NodeUp, now: float) -> None:
+        """A machine lost or back: the engine's ``NodeLost``/``NodeJoined`` for each of its engine nodes (the
+        engine requeues the jobs that had a GPU there; see :meth:`LiveExecutor.run_lost`)."""
+        for node in self.machines.get(report.node, (report.node,)):
+            if isinstance(report, NodeDown):
+                self.engine.schedule(now, NodeLost(node, report.reason))
+            else:
+                self.engine.schedule(now, NodeJoined(node))
+        what = (
+            f"node {report.node} lost: {report.reason}" if isinstance(report, NodeDown) else f"node {report.node} back"
+        )
+        log.warning("%s", what)
 
     def _on_report(self, report: AgentReport, now: float) -> None:
         job_id = report.job_id
@@ -766,9 +915,10 @@ class Controller:
         total = self.topology.num_gpus
         if n > total:
             raise BadRequest(422, f"the job asks for {n} GPUs; this cluster has {total}")
-        largest = max(self.topology.node_num_gpus)
+        # A job larger than a node runs as a gang across nodes, on GPUs of one type (see capacity_reason).
+        largest = max(self.topology.type_num_gpus)
         if n > largest:
-            raise BadRequest(422, f"the job asks for {n} GPUs; the largest node here has {largest}")
+            raise BadRequest(422, f"the job asks for {n} GPUs; this cluster has at most {largest} of one type")
         if type(milli) is not int or not 1 <= milli <= FULL_GPU_MILLI:
             raise BadRequest(422, f"gpu_milli must be an integer in 1..1000, got {milli!r}")
         if n > 1 and milli != FULL_GPU_MILLI:
@@ -916,6 +1066,10 @@ class Controller:
             running=state.num_running,
             pending_by_tenant=pending_by,
             running_by_tenant=running_by,
+            nodes=tuple(
+                NodeSnapshot(name, "alive" if state.node_up(i) else "lost", topo.node_num_gpus[i])
+                for i, name in enumerate(topo.node_names)
+            ),
         )
 
     def _tenant_snapshot(self) -> list[TenantSnapshot]:

@@ -178,6 +178,16 @@ class GpuSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One node of the cluster: ``alive``, or ``lost`` (its agent or machine gone; its GPUs out of the cluster
+    until it comes back)."""
+
+    name: str
+    state: str
+    num_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     policy: str
     gpus: tuple[GpuSnapshot, ...]
@@ -188,6 +198,7 @@ class ClusterSnapshot:
     # The same counts per tenant, so that a tenant's view can show its own and nobody else's.
     pending_by_tenant: Mapping[str, int] = field(default_factory=dict)
     running_by_tenant: Mapping[str, int] = field(default_factory=dict)
+    nodes: tuple[NodeSnapshot, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
