@@ -8,6 +8,7 @@ Skipped when Ray is not installed (``pip install 'corral[ray]'``; ``.ci/run`` in
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import signal
@@ -79,6 +80,8 @@ def ray_nodes() -> Iterator[RayNodes]:
 def _until(cond: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
+        if time.monotonic() >= deadline:
+            faulthandler.dump_traceback(all_threads=True)  # where the controller's threads are, for the report
         assert time.monotonic() < deadline, f"timed out: {what}"
         time.sleep(0.1)
 
@@ -215,3 +218,57 @@ def test_a_second_controller_on_the_same_ray_cluster_is_refused(controller: Cont
     other = RayCluster(RayOptions(ray.get_runtime_context().gcs_address, str(tmp_path / "other")))
     with pytest.raises(ConfigError, match="another corral controller"):
         other.connect()
+
+
+def test_a_ddp_gang_whose_node_is_lost_restarts_on_other_nodes_with_the_uninterrupted_weights(
+    ray_nodes: RayNodes, tmp_path: Path
+) -> None:
+    """A 4-GPU PyTorch DDP job (gloo over 127.0.0.1, one rank per node, through corral.job) loses a node while it
+    trains: its other rank is stopped (it would hang in its next all-reduce), the job is requeued and runs again on
+    another pair of nodes, and its final weights equal an uninterrupted run's. (Resuming a gang from rank 0's
+    checkpoint with the ranks on other nodes is tested bit for bit in tests/job/test_gang.py.)"""
+    torch = pytest.importorskip("torch", reason="the DDP example needs torch")
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    config = ServeConfig(
+        state_dir=tmp_path / "state", ray=ray_nodes.cluster.address, tenants=(TenantConfig("alice", None),)
+    )
+    c = Controller.from_config(config)
+    c.start()
+
+    def ddp(weights: Path) -> JobRequest:
+        argv = ("train_ddp.py", "--epochs", "3", "--steps-per-epoch", "100", "--step-sleep", "0.05")
+        command = (PY, *argv, "--save-weights", str(weights))
+        return JobRequest(command=command, tenant="alice", cwd=str(examples), num_gpus=4)
+
+    def phase(job_id: str) -> JobPhase:
+        return c.job(job_id).phase
+
+    try:
+        ref = c.submit(ddp(tmp_path / "ref.pt"))
+        _until(lambda: phase(ref.job_id) is JobPhase.FINISHED, 300, "the uninterrupted run")
+
+        job = c.submit(ddp(tmp_path / "again.pt"))
+        _until(lambda: c.job(job.job_id).telemetry is not None, 180, "the gang trains")  # a step report came
+        nodes_before = {c.cluster().gpus[g].node for g in _gpus_of(c, job.job_id)}
+        assert len(nodes_before) == 2
+        lost = sorted(nodes_before)[0]
+        ray_nodes.remove(lost)
+        _until(lambda: phase(job.job_id) is JobPhase.FINISHED, 400, "the run on the nodes left")
+        rec = c.job(job.job_id)
+        assert rec.process.run == 2 and rec.status.preemptions == 1
+        assert any(e.kind == "node lost" for e in c.events(job.job_id))
+        last = [e for e in c.events(job.job_id) if e.kind == "launched"][-1]
+        gpus_after = [int(g) for g in last.detail.split("GPUs ")[1].split(" ")[0].split(",")]
+        nodes_after = {c.cluster().gpus[g].node for g in gpus_after}
+        assert lost not in nodes_after and len(nodes_after) == 2
+        ref_w = torch.load(tmp_path / "ref.pt")
+        got_w = torch.load(tmp_path / "again.pt")
+        assert ref_w.keys() == got_w.keys()
+        for k in ref_w:
+            assert torch.equal(ref_w[k], got_w[k]), k
+    finally:
+        c.stop()
+        _kill_runs(tmp_path / "state")
+        for name in ("node0", "node1", "node2"):
+            if name not in ray_nodes.nodes:
+                ray_nodes.add(name)

@@ -243,10 +243,7 @@ class LiveExecutor:
         job_id = job.spec.job_id
         proc = c.process(job_id)
         if proc.phase is not ProcessPhase.NONE:
-            proc.phase = ProcessPhase.STOPPING
-            proc.stopping_for = "cancel"
-            run = proc.run
-            c.command(lambda: c.agent.cancel(job_id, run))
+            self._stop(job_id, proc)
         c.note(job_id, "node lost", f"node {node} lost; run {proc.run} stopped, requeued from its last checkpoint")
         last = job.last_start_s
         return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
@@ -257,10 +254,7 @@ class LiveExecutor:
         job_id = job.spec.job_id
         proc = c.process(job_id)
         if proc.phase is ProcessPhase.PAUSED:
-            proc.phase = ProcessPhase.STOPPING
-            proc.stopping_for = "cancel"
-            run = proc.run
-            c.command(lambda: c.agent.cancel(job_id, run))
+            self._stop(job_id, proc)
         c.note(job_id, "node lost", f"node {node} lost with the suspended run {proc.run}")
         return job.work_done_s
 
@@ -300,14 +294,18 @@ class LiveExecutor:
         pass  # its process already exited: that is how the engine learnt it finished (or failed)
 
     def cancel(self, job: JobStatus, now_s: float) -> None:
-        c = self._c
         job_id = job.spec.job_id
-        proc = c.process(job_id)
+        proc = self._c.process(job_id)
         if proc.phase is not ProcessPhase.NONE:
-            proc.phase = ProcessPhase.STOPPING
-            proc.stopping_for = "cancel"
-            run = proc.run
-            c.command(lambda: c.agent.cancel(job_id, run))
+            self._stop(job_id, proc)
+
+    def _stop(self, job_id: str, proc: ProcessState) -> None:
+        """Stop the job's run without a checkpoint (a cancel, or what is left of a run a lost node broke)."""
+        c = self._c
+        proc.phase = ProcessPhase.STOPPING
+        proc.stopping_for = "cancel"
+        run = proc.run
+        c.command(lambda: c.agent.cancel(job_id, run))
 
     def demand_changed(self, job: JobStatus, now_s: float) -> None:
         pass  # only the simulator models demand changes; a real job's demand shows in its telemetry
