@@ -243,7 +243,7 @@ class LiveExecutor:
         job_id = job.spec.job_id
         proc = c.process(job_id)
         if proc.phase is not ProcessPhase.NONE:
-            self._stop(job_id, proc)
+            self.stop_run(job_id, proc)
         c.note(job_id, "node lost", f"node {node} lost; run {proc.run} stopped, requeued from its last checkpoint")
         last = job.last_start_s
         return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
@@ -254,7 +254,7 @@ class LiveExecutor:
         job_id = job.spec.job_id
         proc = c.process(job_id)
         if proc.phase is ProcessPhase.PAUSED:
-            self._stop(job_id, proc)
+            self.stop_run(job_id, proc)
         c.note(job_id, "node lost", f"node {node} lost with the suspended run {proc.run}")
         return job.work_done_s
 
@@ -297,9 +297,9 @@ class LiveExecutor:
         job_id = job.spec.job_id
         proc = self._c.process(job_id)
         if proc.phase is not ProcessPhase.NONE:
-            self._stop(job_id, proc)
+            self.stop_run(job_id, proc)
 
-    def _stop(self, job_id: str, proc: ProcessState) -> None:
+    def stop_run(self, job_id: str, proc: ProcessState) -> None:
         """Stop the job's run without a checkpoint (a cancel, or what is left of a run a lost node broke)."""
         c = self._c
         proc.phase = ProcessPhase.STOPPING
@@ -554,6 +554,10 @@ class Controller:
         engine takes it in this very turn, and one that the engine could not take ends REJECTED with the reason,
         instead of staying pending unseen."""
         self._turn_now = now
+        # Engine events due before this turn (a policy's timer, the restart's round) happened before what the items
+        # report, which is stamped now: run them first. Else a round they trigger, run after the items, could
+        # preempt a job whose process the items say has already ended, and its end would be dropped as stale.
+        self._run_engine(now, before=True)
         waiting = []  # answered after the turn is committed: a cancel's caller then reads the ended job
         submitted: list[JobSpec] = []
         cancels: list[str] = []
@@ -607,14 +611,17 @@ class Controller:
             assert item.done is not None
             item.done.set()
 
-    def _run_engine(self, now: float) -> None:
+    def _run_engine(self, now: float, *, before: bool = False) -> None:
         """Run the engine's due events (part of :meth:`_turn`). An event whose handling raises has been taken off
         the queue: running again goes on with the next one, so one bad event costs only itself; the round that
         the events handled before it called for is asked for again (a timer now). The retries are bounded: a
         policy that fails every round is logged every turn."""
         for _ in range(len(self.engine.queue) + 2):
             try:
-                self.engine.run(until_s=now)
+                if before:
+                    self.engine.run_before(now)
+                else:
+                    self.engine.run(until_s=now)
                 return
             except Exception:
                 self.failed_items += 1
@@ -802,6 +809,9 @@ class Controller:
                 self.note(job_id, "resumed", f"run {report.run} at step {message.step}{took}")
             return
         proc = self._proc.get(job_id)
+        if proc is not None and isinstance(report, ProcessExited) and report.run < proc.run:
+            self._earlier_run_exited(job_id, proc, report, now)
+            return
         if proc is None or proc.run != report.run:
             return  # an earlier run's news, or a job already forgotten
         job = self.state.job(job_id) if job_id in self.state else None
@@ -836,6 +846,21 @@ class Controller:
             gpu_milli=placement.gpu_milli if placement.opportunistic else FULL_GPU_MILLI, mem_mib=placement.mem_mib
         )
         self.command(partial(self.agent.send, job_id, run, limits))
+
+    def _earlier_run_exited(self, job_id: str, proc: ProcessState, report: ProcessExited, now: float) -> None:
+        """An earlier run of a job ended after its next run was launched (a run paused or asked to stop, then moved
+        elsewhere, that exited on its own). If it finished the job's work (exit 0), the job is finished: its
+        newer run is stopped, not left to do the work again."""
+        self.note(job_id, "exited", f"run {report.run}: {_exit_words(report)}")
+        job = self.state.job(job_id) if job_id in self.state else None
+        if job is None or job.phase.is_terminal or report.exit_code != contract.EXIT_FINISHED:
+            return
+        if proc.phase is not ProcessPhase.NONE:
+            self.executor.stop_run(job_id, proc)
+        if job.phase is JobPhase.RUNNING:
+            self.engine.schedule(now, JobFinished(job_id, job.run_epoch))
+        else:
+            self.engine.schedule(now, JobFinished(job_id, job.run_epoch, after_stop=True))
 
     def _on_exit(
         self, job_id: str, proc: ProcessState, job: JobStatus | None, report: ProcessExited, now: float
