@@ -92,6 +92,7 @@ from corral.live.records import (
     ProcessPhase,
     ProcessState,
     TenantSnapshot,
+    new_job_id,
 )
 from corral.live.store import JobEvent, Store
 from corral.policies.base import BasePolicy
@@ -899,8 +900,6 @@ class Controller:
         """Check a request, commit it, and queue it for the loop. Raises :class:`BadRequest`, changing nothing."""
         self._check(request)
         job_class = JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED
-        from corral.live.records import new_job_id
-
         with self._submit_lock:
             seq = self.store.next_seq()  # the order of submission, kept inside; the id users see is opaque
             job_id = new_job_id()

@@ -347,12 +347,10 @@ class Nodes:
                 expected = held
             if not held:
                 return False
-            record = self._runs[(job_id, run)] = _Run(job_id, run, tuple(expected))
-            self._leader_of[job_id] = expected[0]
             if held == expected:
+                self._runs[(job_id, run)] = _Run(job_id, run, tuple(expected))
+                self._leader_of[job_id] = expected[0]
                 return True
-            record.broken = True
-            self._runs.pop((job_id, run), None)
         for i in held:  # a broken gang: stop what is left of it
             self._nodes[i].cancel(job_id, run)
         return False
