@@ -659,6 +659,26 @@ def test_launch_waits_for_the_gpu_and_the_previous_run(started: tuple[Agent, Rec
         assert rec.wait(ProcessExited, job, run=run).exit_code == 0
 
 
+def test_a_pause_before_the_launch_started_holds_it_until_resumed(
+    started: tuple[Agent, Recorder], tmp_path: Path
+) -> None:
+    """Gandiva suspends a job whose new run still waits for its GPU: the run must not start while the
+    controller counts it paused (its GPUs are given to another job), and must start once resumed."""
+    agent, rec = started
+    agent.launch(req("h1", PY, "-c", TRAP_TERM, str(tmp_path), "0.5", gpus=(0,), grace_s=10.0))
+    wait_until((tmp_path / "ready").exists, "job h1 to trap SIGTERM")
+    agent.preempt("h1", 1)
+    agent.launch(req("h2", PY, "-c", "pass", gpus=(0,)))  # waits: GPU 0 is held by h1, which is saving
+    agent.pause("h2", 1, evict=True)
+    h1_exit = rec.wait(ProcessExited, "h1")
+    time.sleep(0.5)  # long enough for a waiting launch to start once h1 has exited
+    assert not any(isinstance(r, ProcessStarted) and r.job_id == "h2" for r in rec.reports)
+    assert agent.processes() == [("h2", 1)]
+    agent.resume("h2", 1)
+    assert rec.index(rec.wait(ProcessStarted, "h2")) > rec.index(h1_exit)
+    assert rec.wait(ProcessExited, "h2").exit_code == 0
+
+
 # -- adopting after a restart ---------------------------------------------------------------------------------
 def test_adopt_a_running_job(node: Node, tmp_path: Path) -> None:
     first, rec1 = node.agent()

@@ -244,6 +244,7 @@ class _Run:
     kill_at: float | None = None  # time.monotonic() deadline for SIGKILL
     killed: bool = False
     paused_by: Literal["channel", "signal"] | None = None
+    held: bool = False  # paused before it started: not spawned until resumed; paused once up if already spawning
     conn: _Conn | None = None
     bad_messages: int = 0  # bad messages received from it, over all its connections
     cut_off: bool = False  # disconnected for sending too many: its hellos are refused
@@ -797,10 +798,16 @@ class Agent:
     def pause(self, job_id: str, run: int, *, evict: bool = False, seq: int | None = None) -> None:
         """Pause the run: :class:`~corral.core.contract.Pause` if connected (at a step boundary; with ``evict``
         the job moves its state to host memory and gives its GPU memory back, else keeps it), else ``SIGSTOP`` to
-        its process group (GPU memory kept either way)."""
+        its process group (GPU memory kept either way). A run whose launch still waits is held: not started until
+        resumed."""
         with self._lock:
-            r = self._lookup(job_id, run, "pause", running=True)
+            r = self._lookup(job_id, run, "pause")
             if r is None or r.paused_by is not None or r.requested is not None:
+                return
+            if r.state != "running":
+                # Its launch waits (for the job's previous run to exit, or for GPUs being freed), or its process
+                # is being started: it must not run while the controller counts it paused.
+                r.held = True
                 return
             if self._send(r, contract.Pause(reason="evict" if evict else "pause", evict=evict, seq=seq)):
                 r.paused_by = "channel"
@@ -811,8 +818,14 @@ class Agent:
         """Resume a paused run: :class:`~corral.core.contract.Resume` if it was paused over the channel and is
         still connected, else ``SIGCONT`` to its process group."""
         with self._lock:
-            r = self._lookup(job_id, run, "resume", running=True)
+            r = self._lookup(job_id, run, "resume")
             if r is None:
+                return
+            if r.held:
+                r.held = False
+                self._wake()  # it may start now
+                return
+            if r.state != "running":
                 return
             if not (r.paused_by == "channel" and self._send(r, contract.Resume(seq=seq))):
                 self._signal_group(r, signal.SIGCONT)
@@ -1145,6 +1158,8 @@ class Agent:
 
     # -- spawning ---------------------------------------------------------------------------------------------
     def _may_start(self, run: _Run) -> bool:
+        if run.held:
+            return False  # paused before it started
         gpus = set(run.gpus)
         for other in self._runs.values():
             if other is run:
@@ -1307,6 +1322,10 @@ class Agent:
             self._outbox.append(ProcessStarted(req.job_id, req.run, pid, started_at))
             if run.requested is not None:  # stopped while it was being started
                 self._begin_stop(run)
+            elif run.held:  # paused while it was being started: before it says hello, a stopped group
+                run.held = False
+                if self._signal_group(run, signal.SIGSTOP):
+                    run.paused_by = "signal"
 
     # -- process exit (lock held) -----------------------------------------------------------------------------
     def _unwatch(self, run: _Run) -> None:
