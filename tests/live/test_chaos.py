@@ -17,8 +17,9 @@ The driver and the verdict are those of ``benchmarks/chaos.py`` (its module docs
 lost, run twice, stuck, an orphan or wrong), which runs the long version. The policies run side by side, so the
 whole module takes about a minute on two cores (most of it the servers' restarts).
 
-Corral bugs this test found are listed below; a policy's run that shows them, and nothing else, is an expected
-failure naming them, until they are fixed.
+The bugs this test found, all fixed: two runs of a job alive at once after a restart (an earlier run still
+stopping was not taken back), exits of a finished job ignored, and Gandiva's time slices moving jobs that cannot
+checkpoint to other GPUs every quantum (each move started them again; they never finished).
 """
 
 from __future__ import annotations
@@ -69,29 +70,6 @@ FAILING = round(OPTIONS.jobs * OPTIONS.fail_fraction)
 # (as it stops the step counters under every policy; the benchmark runs them under each).
 TRAIN_POLICIES = {"fifo": 1 / OPTIONS.jobs}
 
-# Bugs the chaos test found in corral, to be fixed elsewhere. Where a run shows only these, its test is an expected
-# failure that names them; any other problem fails it.
-UNHEARD_BUG = (
-    "two runs of a job alive at once after a kill -9: Controller.recover adopts only the job's latest run "
-    "(proc.run), so an older run still stopping or paused is not watched and runs on beside the newer one"
-)
-IGNORED_BUG = (
-    "a run's exit (code 0, or a failing job's code) was noted but did not end the job, which ran again. Two "
-    "causes are fixed (a turn now runs the engine events due before it ahead of its reports; an earlier run's "
-    "exit 0 after the next run was launched now finishes the job); under Gandiva's short time slices it is still "
-    "seen, cause not yet found"
-)
-# Gandiva's time slices resume a suspended job on whichever GPUs are free; elsewhere than where it was paused, that
-# is a new run (from the job's checkpoint, or from scratch without one) while the paused run is stopped. Jobs longer
-# than a quantum then swap GPUs every quantum, and the paused run, continued to be stopped, often completes with
-# its exit unheard (UNHEARD_BUG): with three 2.5 s jobs on two GPUs and a 1 s quantum, none finishes in 25 s,
-# each having done its work 17 times. The job needing both GPUs waits behind them for ever.
-LIVELOCK = {"gandiva"}
-LIVELOCK_BUG = "Gandiva live: jobs swap GPUs every quantum, each time as a new run, and never finish"
-# Such a run is left to drain for less time: waiting the full drain for jobs that cannot finish would double the
-# module's time.
-LIVELOCK_DRAIN_S = 10.0
-
 
 def _selected(request: pytest.FixtureRequest) -> list[str]:
     """The policies whose tests this session runs (all of them when only the summary test was picked)."""
@@ -118,8 +96,6 @@ def reports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             options, digest = OPTIONS, None
             if policy in TRAIN_POLICIES and reference is not None:
                 options, digest = replace(options, train_fraction=TRAIN_POLICIES[policy]), reference.result
-            if policy in LIVELOCK:
-                options = replace(options, drain_s=LIVELOCK_DRAIN_S)
             runs[policy] = pool.submit(chaos.run_chaos, chaos.chaos_spec(policy), options, root / policy, digest)
         done = {policy: run.result() for policy, run in runs.items()}
     print(chaos.HEADER)  # shown with the first failure's report (or with -s)
@@ -131,13 +107,7 @@ def reports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 @pytest.mark.parametrize("policy", LIVE_POLICIES)
 def test_kill_9_at_random_loses_nothing_and_runs_nothing_twice(reports: dict[str, Any], policy: str) -> None:
     r = reports[policy]
-    bugs = {UNHEARD_BUG: r.unheard, IGNORED_BUG: r.ignored, LIVELOCK_BUG: r.stuck if policy in LIVELOCK else []}
-    known = {line for lines in bugs.values() for line in lines}
-    unexplained = [line for line in r.problems if line not in known]
-    assert not unexplained, "\n".join(r.problems)
-    if known:
-        shown = [bug for bug, lines in bugs.items() if lines]
-        pytest.xfail("known corral bugs: " + "; ".join(shown) + "\n" + "\n".join(sorted(known)))
+    assert not r.problems, "\n".join(r.problems)
     # Every job ended as it should: all finished but the ones that exit with 3, which failed saying so.
     assert (r.jobs, r.finished, r.failed) == (OPTIONS.jobs, OPTIONS.jobs - FAILING, FAILING)
     # The chaos happened: three kills, restarts that came back healthy, and runs the controller had to take back.

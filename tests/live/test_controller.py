@@ -4,6 +4,7 @@ queue within quotas, cancel, and the durability rule (the store knows every job 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -239,3 +240,43 @@ def test_the_live_executor_carries_batch_size_decisions(controller: Controller) 
     from corral.engine.executor import BatchSizeExecutor
 
     assert isinstance(controller.executor, BatchSizeExecutor)
+
+
+def test_an_earlier_run_that_ends_while_no_controller_runs_is_heard_after_the_restart(tmp_path: Path) -> None:
+    """A job's run 1 was asked to stop and run 2 launched (a move: Gandiva resuming it elsewhere, a migration),
+    then the controller went down before run 2 started, and run 1 completed the job's work meanwhile. After the
+    restart, run 1's exit is heard (the store lists it in ``ProcessState.earlier``) and finishes the job: the
+    work is not done a second time by a new run."""
+    go = tmp_path / "go"
+    done = tmp_path / "done"
+    script = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        f"open({str(done)!r}, 'a').write('run ' + os.environ['CORRAL_RUN'] + '\\n')\n"
+    )
+    c = Controller.from_config(_config(tmp_path))
+    c.start()
+    rec = c.submit(request("alice", "-c", script))
+    wait_phase(c, rec.job_id, JobPhase.RUNNING)
+    c.stop()  # its process runs on, as after a kill -9
+    # What the store holds when the controller went down between launching run 2 and the agent starting it.
+    store = Store(tmp_path / "state" / "corral.db")
+    held = store.get(rec.job_id)
+    assert held is not None
+    status = held.status
+    status.phase, status.placement, status.preemptions = JobPhase.PENDING, None, 1
+    status.queued_since_s = status.last_start_s or 0.0
+    store.update(status, dataclasses.replace(held.process, run=2, phase=ProcessPhase.NONE, earlier=[1]))
+    store.close()
+    go.touch()  # run 1 completes the work with no controller
+    assert wait_until(done.exists)
+    c = Controller.from_config(_config(tmp_path))
+    c.start()
+    try:
+        finished = wait_phase(c, rec.job_id, JobPhase.FINISHED, JobPhase.FAILED)
+        assert finished.phase is JobPhase.FINISHED, c.events(rec.job_id)
+        time.sleep(0.3)  # a new run, had one been launched, would have written its line by now
+        assert done.read_text() == "run 1\n"
+        assert finished.process.earlier == []
+    finally:
+        shutdown(c)

@@ -16,13 +16,14 @@ import pytest
 from builders import cluster, job, log, run, spans
 from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
-from corral.core.job import JobSpec
+from corral.core.job import JobSpec, JobStatus
 from corral.policies import gandiva as gandiva_module
 from corral.policies.colocation import load_colocation
 from corral.policies.gandiva import GandivaConfig, GandivaPolicy
 from corral.policies.registry import make_policy, policy_class, policy_names
 from corral.sim.clusters import load_cluster
 from corral.sim.data import data_file
+from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import read_tiresias
@@ -34,6 +35,18 @@ R50 = "ResNet-50 (batch size 64)"  # resnet50 itself, and vgg16's stand-in
 
 def gandiva(**options: Any) -> GandivaPolicy:
     return GandivaPolicy(GandivaConfig(**options))
+
+
+def _no_job_movable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run is marked not movable once launched, as the live controller marks a run until it says it
+    checkpoints (the simulator's jobs are all movable)."""
+    launch = SimExecutor.launch
+
+    def unmovable(self: SimExecutor, job: JobStatus, now_s: float) -> None:
+        launch(self, job, now_s)
+        job.movable = False
+
+    monkeypatch.setattr(SimExecutor, "launch", unmovable)
 
 
 # -- time-slicing ---------------------------------------------------------------------------------------------
@@ -68,6 +81,34 @@ def test_a_job_resumed_on_another_node_pays_a_restore() -> None:
         "100.000 launch a gpus=1 milli=1000",
     ]
     assert spans(result) == {"a": (0.0, 170.0), "b": (0.0, 100.0), "c": (60.0, 160.0)}
+
+
+def test_a_job_that_cannot_move_resumes_only_where_it_was_suspended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As above, but no job is movable (live: processes that do not checkpoint; a move would restart them from the
+    # beginning). At 100 b ends and node 1 is free, but a's state is in node 0's GPU process: a waits for node 0,
+    # which c holds until its quantum is over at 120. c then waits for node 0 in turn (120 + 2 + 40 = 162 for
+    # a; c has 40 s left: 162 + 2 + 40 = 204). Nothing is ever launched on node 1 again.
+    _no_job_movable(monkeypatch)
+    result = run([job("a"), job("b"), job("c")], cluster(nodes=2, gpus=1), gandiva(), perf=PERF)
+    assert log(result) == [
+        "0.000 launch a gpus=0 milli=1000",
+        "0.000 launch b gpus=1 milli=1000",
+        "60.000 suspend a",
+        "60.000 launch c gpus=0 milli=1000",
+        "120.000 suspend c",
+        "120.000 launch a gpus=0 milli=1000",
+        "162.000 launch c gpus=0 milli=1000",
+    ]
+    assert spans(result) == {"a": (0.0, 162.0), "b": (0.0, 100.0), "c": (60.0, 204.0)}
+
+
+def test_running_jobs_that_cannot_move_are_not_migrated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The defragmentation case below with no job movable: moving e and f would restart them from the beginning,
+    # so the gang runs spread, as without migration.
+    _no_job_movable(monkeypatch)
+    result = run(defrag_jobs(), cluster(nodes=2, gpus=4), gandiva(), perf=PERF)
+    assert log(result)[6:] == ["20.000 launch g gpus=1 2 6 7 milli=1000"]
+    assert spans(result)["g"] == (20.0, 145.0)
 
 
 def test_only_jobs_of_the_same_size_share_by_time_slices() -> None:

@@ -221,12 +221,15 @@ MAX_PATH_CHARS = 4096  # PATH_MAX
 @dataclass(frozen=True, slots=True)
 class Hello:
     """Job to agent, first on every connection: who is speaking, and the run's secret (``CORRAL_RUN_SECRET``) to
-    prove it. :class:`corral.job`'s channel fills ``secret`` in."""
+    prove it. :class:`corral.job`'s channel fills ``secret`` in. ``checkpoints``: the job writes checkpoints it
+    resumes from (``corral.job`` with a checkpoint directory), so it can be moved to other GPUs without losing its
+    progress; a run that never says so is kept where it is suspended."""
 
     job_id: str
     run: int
     pid: int
     secret: str = ""
+    checkpoints: bool = False
     type: ClassVar[str] = "hello"
 
 
@@ -430,7 +433,13 @@ _SEQ = _optional(_integer(0, MAX_COUNT))  # a directive's number (gangs), or Non
 
 # Every field of every message, with its check (a test asserts that each message's fields are all here).
 _FIELDS: dict[type[Any], dict[str, _Check]] = {
-    Hello: {"job_id": _ID, "run": _RUN, "pid": _integer(0, MAX_COUNT), "secret": _text(MAX_TEXT_CHARS)},
+    Hello: {
+        "job_id": _ID,
+        "run": _RUN,
+        "pid": _integer(0, MAX_COUNT),
+        "secret": _text(MAX_TEXT_CHARS),
+        "checkpoints": _flag,
+    },
     StepReport: {
         "job_id": _ID,
         "run": _RUN,

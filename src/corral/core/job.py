@@ -128,6 +128,8 @@ class JobView(Protocol):
     @property
     def suspended_from(self) -> Placement | None: ...
     @property
+    def movable(self) -> bool: ...
+    @property
     def observed_rate(self) -> float | None: ...
     @property
     def job_class(self) -> JobClass: ...
@@ -149,6 +151,11 @@ class JobStatus:
       a suspend (``Preempt(suspend=True)``, Gandiva's suspend at a mini-batch boundary, OSDI'18 §3.1); ``None``
       after an ordinary preemption. Kept until the next preemption: the executor reads it when the job is
       launched again (a resume on the same node(s) is cheap, anywhere else it is a checkpoint restore).
+    - ``movable``: whether the job keeps its progress when it is launched elsewhere than it ran or was suspended
+      (it resumes from a checkpoint). Always so in simulation, whose executor models checkpoints; live, only once
+      the current run said it checkpoints (``corral.job`` with a checkpoint directory): a plain process cannot
+      leave its GPUs without starting again. A policy resumes a suspended job that is not movable only on the
+      GPUs it was suspended from, and does not migrate one that runs (Gandiva does both).
     - ``observed_rate``: the executor's measure of the current run's progress relative to the same job running
       alone on the same GPUs (1.0 = no interference; below 1.0 when a job packed beside it slows it down), as
       Gandiva's introspection compares mini-batch times (OSDI'18 §4.2). ``None`` while the job is not running.
@@ -171,6 +178,7 @@ class JobStatus:
     run_epoch: int = 0  # bumped on every launch so stale completion events can be told apart
     reason: str | None = None
     suspended_from: Placement | None = None
+    movable: bool = True
     observed_rate: float | None = None
     upgraded: bool = False
     telemetry: Telemetry | None = None

@@ -413,6 +413,15 @@ class ClusterState:
         job.batch_size_set = batch_size
         return before
 
+    def set_movable(self, job_id: str, movable: bool) -> JobStatus:
+        """Record whether a job keeps its progress when moved (see :class:`~corral.core.job.JobStatus`): live, a
+        new run is not movable until it says it checkpoints."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise InvariantViolation(f"cannot mark unknown job {job_id!r} movable or not")
+        job.movable = movable
+        return job
+
     def report(self, job_id: str, telemetry: Telemetry) -> JobStatus:
         """Record a running job's latest telemetry, and what it adds to each of its GPUs' measured use."""
         job = self._expect(job_id, JobPhase.RUNNING, "record telemetry of")

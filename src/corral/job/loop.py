@@ -631,7 +631,9 @@ class Job:
 
     def _greeting(self) -> list[contract.Message]:
         """What a new connection starts with (called on the channel's thread)."""
-        hello: list[contract.Message] = [contract.Hello(job_id=self.job_id, run=self.run, pid=self._pid)]
+        hello: list[contract.Message] = [
+            contract.Hello(job_id=self.job_id, run=self.run, pid=self._pid, checkpoints=self._store is not None)
+        ]
         if self._paused:
             step = self.global_step - self.start_step
             hello.append(contract.Paused(job_id=self.job_id, run=self.run, step=step, evicted=self.evicted))

@@ -203,6 +203,16 @@ class LiveExecutor:
         if proc.phase is ProcessPhase.PAUSED:  # resumed elsewhere: the paused process checkpoints and exits first
             old = proc.run
             c.command(lambda: c.agent.preempt(job_id, old))
+        if proc.phase is ProcessPhase.PAUSED and not job.movable:
+            log.warning(
+                "job %s: resumed on other GPUs than it was suspended from, but it does not checkpoint: it starts "
+                "again from the beginning (the policy should have waited for its GPUs)",
+                job_id,
+            )
+        # A new run can be moved once it says it checkpoints (its hello), not before.
+        c.state.set_movable(job_id, False)
+        if proc.phase is not ProcessPhase.NONE:
+            proc.earlier.append(proc.run)  # still stopping: watched until it exits, across restarts too
         proc.run += 1
         proc.phase = ProcessPhase.STARTING
         proc.pid = None
@@ -469,6 +479,7 @@ class Controller:
             self._requests[job_id] = rec.request
             self._seq[job_id] = rec.seq
             self._proc[job_id] = proc
+            self._adopt_earlier(job_id, proc, status)
             alive = proc.phase is not ProcessPhase.NONE and self._adopt(job_id, proc.run, status)
             if status.phase.is_terminal:  # cancelled or failed while its process was being stopped
                 if alive:
@@ -507,11 +518,23 @@ class Controller:
         self.engine.schedule(now, TimerFired("restart"))
         self._flush(now)
 
-    def _adopt(self, job_id: str, run: int, status: JobStatus) -> bool:
-        """Ask the agent to take back a run; several nodes' agents are told the GPUs it held (a gang needs all its
-        ranks back, or none)."""
+    def _adopt_earlier(self, job_id: str, proc: ProcessState, status: JobStatus) -> None:
+        """Take back the job's earlier runs whose exit was not heard (``proc.earlier``), before its latest one, so
+        that the latest waits for them on its GPUs: an exit recorded while no controller ran is reported now (one
+        that finished the job's work finishes the job); one still alive is asked again to checkpoint and exit
+        (the request made before the restart may never have reached it); one with nothing left is forgotten."""
+        for run in list(proc.earlier):
+            if not self._adopt(job_id, run, None):
+                proc.earlier.remove(run)
+                continue
+            stop = self.agent.cancel if status.phase.is_terminal else self.agent.preempt
+            self.command(partial(stop, job_id, run))
+
+    def _adopt(self, job_id: str, run: int, status: JobStatus | None) -> bool:
+        """Ask the agent to take back a run; several nodes' agents are told the GPUs it held, where known (a gang
+        needs all its ranks back, or none); an earlier run's (``status`` None) are looked for on every node."""
         agent = self.agent
-        held = status.placement if status.placement is not None else status.suspended_from
+        held = None if status is None else status.placement if status.placement is not None else status.suspended_from
         if isinstance(agent, Nodes) and held is not None:
             return agent.adopt(job_id, run, gpus=[self.gpu_order[g] for g in held.gpus])
         return agent.adopt(job_id, run)
@@ -797,7 +820,7 @@ class Controller:
         if isinstance(report, JobSaid):  # history, even from a run that has since ended (its exit may come first)
             message = report.message
             if isinstance(message, contract.Hello):
-                self._hello(job_id, report.run)
+                self._hello(job_id, report.run, message)
                 return
             if isinstance(message, contract.Checkpointed):
                 self.note(job_id, "checkpointed", f"run {report.run} at step {message.step}")
@@ -834,12 +857,18 @@ class Controller:
             with self._telemetry_lock:
                 self._telemetry[job_id] = tel
 
-    def _hello(self, job_id: str, run: int) -> None:
-        """A job (re)connected: tell it the limits it has now, which may have changed since it started (a resize
-        sent while it was not connected yet, or while the controller was down, never reached it)."""
+    def _hello(self, job_id: str, run: int, hello: contract.Hello) -> None:
+        """A job (re)connected: note whether it can be moved (it checkpoints), and tell it the limits it has now,
+        which may have changed since it started (a resize sent while it was not connected yet, or while the
+        controller was down, never reached it)."""
         proc = self._proc.get(job_id)
         job = self.state.job(job_id) if job_id in self.state else None
-        if proc is None or proc.run != run or job is None or job.phase is not JobPhase.RUNNING:
+        if proc is None or proc.run != run or job is None or job.phase.is_terminal:
+            return
+        if job.movable != hello.checkpoints:
+            self.state.set_movable(job_id, hello.checkpoints)
+            self._turn_changes.jobs[job_id] = job
+        if job.phase is not JobPhase.RUNNING:
             return
         placement = job.placement
         assert placement is not None
@@ -854,6 +883,10 @@ class Controller:
         newer run is stopped, not left to do the work again."""
         self.note(job_id, "exited", f"run {report.run}: {_exit_words(report)}")
         job = self.state.job(job_id) if job_id in self.state else None
+        if report.run in proc.earlier:
+            proc.earlier.remove(report.run)
+            if job is not None:
+                self._turn_changes.jobs[job_id] = job
         if job is None or job.phase.is_terminal or report.exit_code != contract.EXIT_FINISHED:
             return
         if proc.phase is not ProcessPhase.NONE:

@@ -101,6 +101,10 @@ class ProcessState:
     exit_code: int | None = None
     exit_signal: int | None = None
     stopping_for: str | None = None  # "preempt" or "cancel" while STOPPING
+    # Earlier runs asked to stop when the next one was launched (a resume or a move elsewhere, a relaunch before
+    # the preempted run exited) whose exit has not been heard: adopted again after a restart, so that one that
+    # finishes the job's work is heard, and none is left running beside the next.
+    earlier: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +114,7 @@ class ProcessState:
             "exit_code": self.exit_code,
             "exit_signal": self.exit_signal,
             "stopping_for": self.stopping_for,
+            "earlier": list(self.earlier),
         }
 
     @classmethod
@@ -121,6 +126,7 @@ class ProcessState:
             exit_code=d.get("exit_code"),
             exit_signal=d.get("exit_signal"),
             stopping_for=d.get("stopping_for"),
+            earlier=[int(r) for r in d.get("earlier", ())],
         )
 
 
@@ -277,6 +283,7 @@ def status_to_json(job: JobStatus) -> dict[str, Any]:
     d["phase"] = job.phase.value
     d["placement"] = placement_to_json(job.placement)
     d["suspended_from"] = placement_to_json(job.suspended_from)
+    d["movable"] = job.movable
     for k, v in d.items():  # JSON has no inf/nan; none should ever be here
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"job {job.spec.job_id!r}: field {k} is {v}")
@@ -289,4 +296,6 @@ def status_from_json(d: Mapping[str, Any]) -> JobStatus:
         setattr(job, name, d[name])
     job.placement = placement_from_json(d.get("placement"))
     job.suspended_from = placement_from_json(d.get("suspended_from"))
+    # A record from before corral knew: not movable until its run says it checkpoints (the safe side).
+    job.movable = bool(d.get("movable", False))
     return job

@@ -4,10 +4,11 @@ The rules, each with the section of the paper it comes from:
 
 - **Reactive placement** (§4.1): a job that arrives, or waits, takes free GPUs at once, consolidated where it can
   (fewest nodes, best fit). A suspended job goes back to the very GPUs it was suspended from when they are free
-  (its state is in that node's host memory, so resuming there is cheap). Jobs behind one that does not fit may
-  start (backfilling), except that a job waiting ``reserve_after_s`` holds the queue until it fits, so that big
-  gangs are not starved by a stream of small ones (corral's addition: Gandiva admits every job at once by
-  oversubscribing GPUs, which a strict-gang simulator cannot express).
+  (its state is in that node's host memory, so resuming there is cheap); one that is not movable
+  (``JobView.movable``: live, a run that does not checkpoint) resumes only there, and is never migrated. Jobs
+  behind one that does not fit may start (backfilling), except that a job waiting ``reserve_after_s`` holds the
+  queue until it fits, so that big gangs are not starved by a stream of small ones (corral's addition: Gandiva
+  admits every job at once by oversubscribing GPUs, which a strict-gang simulator cannot express).
 - **Time-slicing** (§3.1 suspend-resume, §4.1): when jobs outnumber GPUs, jobs of the same GPU count share GPUs
   round-robin. A running job that has had its quantum (``quantum_s``, 60 s as in the paper) while a job of its
   size waits is suspended at a mini-batch boundary (``Preempt(suspend=True)``: its state stays in its node's host
@@ -527,7 +528,7 @@ class GandivaPolicy(BasePolicy):
                 if wid in rnd.busy or self._is_bad(wid, host_id):
                     continue
                 job = rnd.view.job(wid)
-                if not rnd.planner.can_take(job.spec, placement.gpus, slot):
+                if _pinned_elsewhere(job, placement.gpus) or not rnd.planner.can_take(job.spec, placement.gpus, slot):
                     continue
                 rnd.launch(job, rnd.planner.take_share(job.spec, placement.gpus, slot), waiting=True)
                 self._planned[wid] = host_id
@@ -565,6 +566,11 @@ class GandivaPolicy(BasePolicy):
             held = job.suspended_from
             if held is not None and planner.can_take(spec, held.gpus, spec.gpu_milli):
                 placement = planner.take_share(spec, held.gpus, spec.gpu_milli)
+            elif held is not None and not job.movable:
+                # Its state cannot leave those GPUs (live: a run that does not checkpoint): it waits for them.
+                if not backfill:
+                    break
+                continue
             if placement is None and rnd.moves_left and shape.whole and spec.num_gpus > 1:
                 placement = self._defragment(rnd, spec, types)
             if placement is None:
@@ -633,6 +639,8 @@ class GandivaPolicy(BasePolicy):
             job = view.job(holder)
             if job.spec.num_gpus != 1 or job.placement is None or job.placement.gpu_milli != FULL_GPU_MILLI:
                 continue
+            if not job.movable:  # a move would restart it from the beginning
+                continue
             out.append(job)
             if len(out) == need:
                 return out
@@ -655,6 +663,8 @@ class GandivaPolicy(BasePolicy):
                 if job_id in rnd.busy:
                     continue
                 job = view.job(job_id)
+                if not job.movable:  # a move would restart it from the beginning
+                    continue
                 old = job.placement
                 assert old is not None
                 planner.release(job)
@@ -694,6 +704,8 @@ class GandivaPolicy(BasePolicy):
                 if wid in rnd.busy:
                     continue
                 job = view.job(wid)
+                if job.suspended_from is not None and not job.movable:
+                    continue  # it resumes only where it was suspended (_fill, _time_slice)
                 types = allowed_types(view, job.spec)
                 host = None
                 for _gain, key in ranked:
@@ -771,7 +783,9 @@ class GandivaPolicy(BasePolicy):
                 if wid in rnd.busy:
                     continue
                 job = view.job(wid)
-                victim = self._home_victim(rnd, job, cutoff) or self._due_victim(rnd, job, due)
+                victim = self._home_victim(rnd, job, cutoff)
+                if victim is None and (job.movable or job.suspended_from is None):
+                    victim = self._due_victim(rnd, job, due)
                 if victim is None:
                     misses += 1
                     continue
@@ -853,6 +867,12 @@ class GandivaPolicy(BasePolicy):
                     if i < len(slices):
                         sooner(slices[i][0] + cfg.quantum_s)
         return wake
+
+
+def _pinned_elsewhere(job: JobView, gpus: tuple[int, ...]) -> bool:
+    """Is ``job`` suspended on other GPUs than ``gpus`` with state that cannot move (see ``JobView.movable``)?"""
+    held = job.suspended_from
+    return held is not None and not job.movable and held.gpus != tuple(gpus)
 
 
 def _nodes(topo: Topology, gpus: tuple[int, ...] | list[int]) -> int:
