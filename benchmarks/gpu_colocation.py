@@ -663,7 +663,7 @@ class CoordinatorLoop:
         """One report from the agent (step reports, NVML samples, hello)."""
         from corral.core import contract
         from corral.live.agent import JobMeasured, JobReported, JobSaid
-        from corral.live.controller import _telemetry as live_telemetry  # the controller's own conversion
+        from corral.live.controller.controller import _telemetry as live_telemetry  # the controller's own conversion
 
         if isinstance(report, JobMeasured):
             self.measured[report.job_id] = report
@@ -977,7 +977,7 @@ def run_loop(cfg: Settings) -> dict[str, Any]:
     """Phase d with corral's agent and the LocalCoordinator in a loop here (no HTTP server, no global
     scheduler)."""
     from corral.live.agent import Agent, JobReported, LaunchRequest, ProcessExited
-    from corral.live.gpus import discover_gpus, stand_in_gpus
+    from corral.live.agent.gpus import discover_gpus, stand_in_gpus
 
     gpus = stand_in_gpus(1) if cfg.smoke else discover_gpus()
     if cfg.gpu >= len(gpus):

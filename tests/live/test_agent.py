@@ -22,7 +22,6 @@ import pytest
 
 from corral.core import contract
 from corral.core.errors import ConfigError
-from corral.live import agent as agent_module
 from corral.live.agent import (
     Agent,
     AgentReport,
@@ -32,9 +31,11 @@ from corral.live.agent import (
     LaunchRequest,
     ProcessExited,
     ProcessStarted,
+    processes,
     safe_name,
 )
-from corral.live.gpus import GpuInfo, ProcessSample, discover_gpus
+from corral.live.agent import agent as agent_module
+from corral.live.agent.gpus import GpuInfo, ProcessSample, discover_gpus
 
 PY = sys.executable
 T = TypeVar("T")
@@ -190,7 +191,7 @@ def kill_everything_under(state_dir: Path) -> None:
     for pid_file in [*state_dir.glob("runs/*/*/pid"), *state_dir.glob("runs/*/*/spawned")]:
         with contextlib.suppress(OSError, ValueError):
             pid, ticks = (int(x) for x in pid_file.read_text().split())
-            st = agent_module._proc_stat(pid)
+            st = processes.proc_stat(pid)
             if st is not None and st[1] == ticks:  # running or a zombie, and still the same process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
@@ -712,7 +713,7 @@ def test_adopt_then_preempt_uses_the_recorded_grace(node: Node, tmp_path: Path) 
 
 
 def test_adopt_without_pidfd_polls(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_module, "_open_pidfd", lambda pid: None)
+    monkeypatch.setattr(agent_module, "open_pidfd", lambda pid: None)
     first, rec1 = node.agent()
     go = tmp_path / "go"
     first.launch(req("poll", PY, "-c", WAIT_FOR_FILE, str(go), "5"))

@@ -22,7 +22,7 @@ with warnings.catch_warnings():  # newer Starlette nags about httpx; the client 
     from fastapi.testclient import TestClient
 
 from corral.core.job import JobClass, JobPhase
-from corral.live.api import MAX_ECHO_CHARS, _utf8_cut, create_app, encode_cursor
+from corral.live.api import MAX_ECHO_CHARS, create_app, encode_cursor, utf8_cut
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
 from corral.live.records import BadRequest, ProcessPhase
@@ -147,10 +147,10 @@ def test_logs_in_small_chunks_never_split_a_character(api: TestClient) -> None:
 
 def test_utf8_cut() -> None:
     text = "aé€😀".encode()
-    assert _utf8_cut(text) == len(text)
-    assert _utf8_cut(text[:-1]) == len(text) - 4  # half an emoji is kept for the next chunk
-    assert _utf8_cut(text[:2]) == 1
-    assert _utf8_cut(b"") == 0
+    assert utf8_cut(text) == len(text)
+    assert utf8_cut(text[:-1]) == len(text) - 4  # half an emoji is kept for the next chunk
+    assert utf8_cut(text[:2]) == 1
+    assert utf8_cut(b"") == 0
 
 
 def test_logs_before_the_job_started_are_empty(api: TestClient, controller: Controller) -> None:
@@ -593,7 +593,7 @@ def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None
 
 
 def test_the_wire_literals_are_the_enums() -> None:
-    from corral.live import api as wire
+    from corral.live.api import models as wire
 
     assert list(get_args(wire.PhaseName)) == [p.value for p in JobPhase]
     assert list(get_args(wire.ProcessPhaseName)) == [p.value for p in ProcessPhase]
@@ -618,8 +618,8 @@ def test_405_says_what_is_allowed(api: TestClient, method: str, path: str, allow
 
 
 def test_the_client_shapes_match_the_api_models() -> None:
-    from corral.live import api as wire
     from corral.live import client
+    from corral.live.api import models as wire
 
     pairs = [
         (client.JobJson, wire.JobOut),

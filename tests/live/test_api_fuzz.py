@@ -31,10 +31,10 @@ from corral.core import contract
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.tenant import Tenant
 from corral.live.agent import LaunchRequest, ProcessExited, ProcessStarted
+from corral.live.agent.gpus import GpuInfo, stand_in_gpus
 from corral.live.api import create_app
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller, cluster_for
-from corral.live.gpus import GpuInfo, stand_in_gpus
 from corral.live.records import JobRequest, ProcessState
 from corral.live.store import Store
 from corral.policies.registry import make_policy

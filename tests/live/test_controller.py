@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.core.job import JobPhase
+from corral.live.api import http_status
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
 from corral.live.records import BadRequest, JobRecord, JobRequest, ProcessPhase
@@ -121,7 +122,7 @@ def test_cancel_stops_a_running_job_and_a_pending_one(controller: Controller) ->
     assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
     with pytest.raises(BadRequest) as err:
         controller.cancel(running.job_id)
-    assert err.value.status == 409
+    assert http_status(err.value) == 409
 
 
 def _zombie(pid: int) -> bool:
@@ -154,7 +155,7 @@ def test_bad_requests_are_refused_and_change_nothing(
     before = len(controller.jobs())
     with pytest.raises(BadRequest) as err:
         controller.submit(JobRequest(**base))  # type: ignore[arg-type]
-    assert err.value.status == status
+    assert http_status(err.value) == status
     assert words in err.value.message
     assert len(controller.jobs()) == before
 
@@ -221,7 +222,7 @@ def test_preempted_pytorch_job_resumes_from_its_checkpoint_with_the_same_final_w
 def test_telemetry_takes_nvml_figures_over_the_jobs_own_estimates() -> None:
     from corral.core import contract
     from corral.live.agent import JobMeasured
-    from corral.live.controller import _telemetry
+    from corral.live.controller.controller import _telemetry
 
     report = contract.StepReport(
         job_id="j", run=1, step=5, steps=5, step_time_s=0.1, busy_s=0.05, mem_peak_mib=800, mem_need_mib=2000

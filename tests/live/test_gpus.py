@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from corral.core.errors import ConfigError
-from corral.live.gpus import GpuInfo, GpuSample, GpuSampler, discover_gpus
+from corral.live.agent.gpus import GpuInfo, GpuSample, GpuSampler, discover_gpus
 
 MIB = 1024 * 1024
 
@@ -168,7 +168,7 @@ def test_sampler(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixtu
         GpuInfo(1, "NVIDIA H100 80GB HBM3", 81559, "b", False),
     ]
     sampler = GpuSampler(gpus)
-    with caplog.at_level(logging.WARNING, logger="corral.live.gpus"):
+    with caplog.at_level(logging.WARNING, logger="corral.live.agent.gpus"):
         first = sampler.sample()
         second = sampler.sample()
     assert first == second == [GpuSample(0, 0.5, 1200), GpuSample(1, None, None)]

@@ -19,11 +19,12 @@ from typing import TypeVar
 
 import pytest
 
-import corral.live.agent as agent_module
+import corral.live.agent.agent as agent_module
 from corral.core import contract
 from corral.live.agent import LaunchRequest, ProcessExited, ProcessStarted
-from corral.live.gpus import discover_gpus
-from corral.live.nodes import LocalNode, NodeDown, NodeReport, Nodes
+from corral.live.agent.gpus import discover_gpus
+from corral.live.nodes import NodeDown, NodeReport, Nodes
+from corral.live.transport.inprocess import LocalNode
 
 PY = sys.executable
 T = TypeVar("T")

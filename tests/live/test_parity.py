@@ -17,8 +17,8 @@ from corral.core.cluster import Cluster, Topology
 from corral.core.events import NodeJoined, NodeLost
 from corral.core.job import JobPhase
 from corral.engine.clock import VirtualClock
+from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import Controller
-from corral.live.gpus import GpuInfo
 from corral.live.store import Store
 from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy

@@ -25,8 +25,8 @@ from corral.core.job import JobClass, JobPhase, JobSpec
 from corral.core.tenant import Tenant
 from corral.engine.clock import VirtualClock
 from corral.live.agent import LaunchRequest
+from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import Controller
-from corral.live.gpus import GpuInfo
 from corral.live.records import ProcessPhase
 from corral.live.store import Store
 from corral.live.virtual import VirtualAgent

@@ -261,19 +261,9 @@ def serve(
 
 
 def _serve(config: ServeConfig, sock: socket.socket, token_given: bool) -> None:
-    import uvicorn
+    from corral.live.server import serve
 
-    from corral.live.api import create_app
-    from corral.live.config import remove_server_file, write_server_file
-    from corral.live.controller import Controller
-
-    controller = Controller.from_config(config)
-    pid = os.getpid()
-    try:
-        controller.start()
-        app = create_app(controller)
-        snapshot = controller.cluster()
-        write_server_file(config, config.url, pid)
+    def ready(snapshot: ClusterSnapshot) -> None:
         where = "from the configuration" if token_given else str(config.admin_token_path)
         click.echo(
             f"corral serving {config.url} | policy {snapshot.policy} | {_gpus_words(snapshot)} | "
@@ -281,13 +271,8 @@ def _serve(config: ServeConfig, sock: socket.socket, token_given: bool) -> None:
             color=None,
         )
         sys.stdout.flush()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="off")
-        )
-        server.run(sockets=[sock])
-    finally:
-        controller.stop()
-        remove_server_file(config, pid)
+
+    serve(config, sock, ready)
 
 
 # ==============================================================================================================

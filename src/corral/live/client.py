@@ -22,7 +22,7 @@ import httpx
 from corral.core.errors import ConfigError, CorralError
 from corral.live.config import ADMIN_TOKEN_FILE, SERVER_FILE
 
-MAX_PAGE = 1000  # the most jobs the server puts in a page (corral.live.api.MAX_PAGE)
+MAX_PAGE = 1000  # the most jobs the server puts in a page (corral.live.api.models.MAX_PAGE)
 
 
 class ClientError(CorralError):

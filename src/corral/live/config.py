@@ -73,7 +73,7 @@ ADMIN_TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
 DB_FILE = "corral.db"
 MIN_TOKEN_CHARS = 16
-MAX_STAND_IN_GPUS = 4096  # as corral.live.gpus.MAX_STAND_IN_GPUS
+MAX_STAND_IN_GPUS = 4096  # as corral.live.agent.gpus.MAX_STAND_IN_GPUS
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 _SERVER_KEYS = (

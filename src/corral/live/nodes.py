@@ -19,8 +19,8 @@ and the reports of those agents folded back into the run's:
   :meth:`Nodes.rejoin`-ed with a new agent and the controller hears :class:`NodeUp`.
 
 Each node's agent is reached through a :class:`NodeAgent`: an in-process :class:`~corral.live.agent.Agent`
-(:class:`LocalNode`, for several agents on one machine) or a Ray actor (``corral.live.transport.ray``): the same
-requests and reports, carried by either.
+(:class:`~corral.live.transport.inprocess.LocalNode`, for several agents on one machine) or a Ray actor
+(``corral.live.transport.ray``): the same requests and reports, carried by either.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.live.agent import (
-    Agent,
     AgentReport,
     JobMeasured,
     JobReported,
@@ -45,7 +44,7 @@ from corral.live.agent import (
     ProcessExited,
     ProcessStarted,
 )
-from corral.live.gpus import GpuInfo
+from corral.live.agent.gpus import GpuInfo
 
 log = logging.getLogger("corral.live.nodes")
 
@@ -104,66 +103,6 @@ def free_local_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-class LocalNode:
-    """A node whose agent runs in this process (several of them stand for several machines on one, in tests and
-    to try multi-node scheduling on a laptop without Ray)."""
-
-    def __init__(self, name: str, state_dir: Path, gpus: Sequence[GpuInfo], **agent_options: Any) -> None:
-        self._name = name
-        self._on_report: Callable[[AgentReport], None] | None = None
-        self.agent = Agent(state_dir, gpus, self._report, **agent_options)
-
-    def _report(self, report: AgentReport) -> None:
-        if self._on_report is not None:
-            self._on_report(report)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def address(self) -> str:
-        return "127.0.0.1"
-
-    @property
-    def gpus(self) -> tuple[GpuInfo, ...]:
-        return self.agent.gpus
-
-    def start(self, on_report: Callable[[AgentReport], None], on_lost: Callable[[str], None]) -> None:
-        self._on_report = on_report
-        self.agent.start()
-
-    def close(self) -> None:
-        self.agent.close()
-
-    def launch(self, req: LaunchRequest) -> None:
-        self.agent.launch(req)
-
-    def preempt(self, job_id: str, run: int, *, seq: int | None = None) -> None:
-        self.agent.preempt(job_id, run, seq=seq)
-
-    def cancel(self, job_id: str, run: int) -> None:
-        self.agent.cancel(job_id, run)
-
-    def pause(self, job_id: str, run: int, *, evict: bool = False, seq: int | None = None) -> None:
-        self.agent.pause(job_id, run, evict=evict, seq=seq)
-
-    def resume(self, job_id: str, run: int, *, seq: int | None = None) -> None:
-        self.agent.resume(job_id, run, seq=seq)
-
-    def send(self, job_id: str, run: int, message: contract.SetBatchSize | contract.SetLimits) -> bool:
-        return self.agent.send(job_id, run, message)
-
-    def adopt(self, job_id: str, run: int) -> bool:
-        return self.agent.adopt(job_id, run)
-
-    def free_ports(self, count: int) -> list[int]:
-        return free_local_ports(count)
-
-    def log_path(self, job_id: str) -> Path:
-        return self.agent.log_path(job_id)
 
 
 @dataclass(slots=True)

@@ -150,14 +150,49 @@ class JobRecord:
 
 
 class BadRequest(CorralError):
-    """A request the controller refuses, changing nothing; ``status`` is the HTTP status the API answers with
-    (400 malformed, 403 not yours, 404 unknown, 409 conflicting with the job's state, 413 too large, 422 a value
-    out of range or impossible here)."""
+    """A request the controller (or the API) refuses, changing nothing. Its class says why, in the domain's terms;
+    only the API says which HTTP status that is (:data:`corral.live.api.errors.HTTP_STATUS`)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
+
+
+class Malformed(BadRequest):
+    """The request cannot be read at all (not JSON, not UTF-8, a bad header)."""
+
+
+class NotYours(BadRequest):
+    """The caller may not act for this tenant (its token is another tenant's)."""
+
+
+class NotFound(BadRequest):
+    """Something the request names does not exist (or is another tenant's, which looks the same)."""
+
+
+class UnknownTenant(NotFound):
+    """The request names a tenant this server does not have."""
+
+
+class NoSuchJob(NotFound):
+    """The request names a job this server does not have."""
+
+
+class JobEnded(BadRequest):
+    """The request conflicts with the job's state: it has already ended."""
+
+
+class TooLarge(BadRequest):
+    """The request is larger than this server accepts."""
+
+
+class InvalidRequest(BadRequest):
+    """A value out of range, or not allowed here (a variable corral sets, a missing working directory)."""
+
+
+class NeverFits(InvalidRequest):
+    """The job could never run here: more GPUs than the cluster (or one GPU type) has, or a guaranteed job above
+    its tenant's quota."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from corral.core import contract
 from corral.core.errors import CorralError
 from corral.engine.clock import Clock
 from corral.live.agent import AgentReport, LaunchRequest, ProcessExited, ProcessStarted, StopRequest
-from corral.live.gpus import GpuInfo
+from corral.live.agent.gpus import GpuInfo
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ from typing import Any
 from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.live.agent import AgentReport, LaunchRequest
-from corral.live.gpus import GpuInfo
+from corral.live.agent.gpus import GpuInfo
 
 log = logging.getLogger("corral.live.transport.ray")
 
@@ -76,7 +76,7 @@ class AgentActor:
         checkpoint_dir: str | None,
     ) -> None:
         from corral.live.agent import Agent
-        from corral.live.gpus import discover_gpus
+        from corral.live.agent.gpus import discover_gpus
 
         try:
             gpus = discover_gpus(None)  # NVML is the truth for the GPUs a node has

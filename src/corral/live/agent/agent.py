@@ -8,7 +8,7 @@ happened for each run (``ProcessStarted`` before anything the job says, ``Proces
 
 How a run is carried out (the job-side view is in :mod:`corral.core.contract`):
 
-- each run gets ``STATE_DIR/runs/<job>/<run>/``; the process started is the shim (:mod:`corral.live.shim`), in a
+- each run gets ``STATE_DIR/runs/<job>/<run>/``; the process started is the shim (:mod:`corral.live.agent.shim`), in a
   new session whose group id is its pid, and the shim starts the job's command and leaves ``pid``, ``child`` and
   ``exit.json`` records there (the agent adds ``launch.json``, ``secret`` and ``spawned``, the shim's pid as soon
   as it is known), so a restarted agent can :meth:`~Agent.adopt` a run that outlived it;
@@ -48,7 +48,6 @@ and a leading dot too, so an id like ``../x`` can never leave the state director
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
@@ -68,15 +67,41 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from corral.core import contract
 from corral.core.errors import ConfigError, InputError
-from corral.live.gpus import GpuInfo, GpuSampler, ProcessSample
-from corral.live.shim import start_ticks, write_atomic
+from corral.live.agent.gpus import GpuInfo, GpuSampler, ProcessSample
+from corral.live.agent.messages import (
+    AgentReport,
+    JobMeasured,
+    JobReported,
+    JobSaid,
+    LaunchRequest,
+    ProcessExited,
+    ProcessStarted,
+    StopRequest,
+)
+from corral.live.agent.processes import (
+    PRIVATE_FILE,
+    describe_exit,
+    ensure_dir,
+    give_tree,
+    is_alive,
+    now_text,
+    open_log,
+    open_pidfd,
+    proc_stat,
+    read_exit,
+    read_pid,
+    read_secret,
+    signame,
+    write_marker,
+)
+from corral.live.agent.shim import start_ticks, write_atomic
 
 log = logging.getLogger("corral.live.agent")
 
@@ -92,94 +117,10 @@ _LOG_EVERY_S = 10.0  # a repeated complaint about one run is logged at most this
 _TENANTS = "tenants"
 _PRIVATE_DIR = 0o700
 _PASSAGE_DIR = 0o711  # others may pass through (to their own files), not list
-_PRIVATE_FILE = 0o600
 
 # Popen objects of processes left running by a closed agent: kept referenced so the interpreter does not warn
 # that they are "still running" when the objects are collected (they are meant to outlive the agent).
 _DETACHED: list[subprocess.Popen[bytes]] = []
-
-StopRequest = Literal["preempt", "cancel"]
-
-
-# -- requests and reports -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    """Start run ``run`` of job ``job_id`` of ``tenant``: ``command`` in ``cwd`` on the agent's GPUs ``gpus``
-    (indices into :attr:`Agent.gpus`), as the Unix user ``run_as`` when given (the agent must be root), else as
-    the agent's user. The job's environment is the contract's (:mod:`corral.core.contract`): a few harmless
-    variables of the agent's, the user's ``HOME``/``USER``/``LOGNAME``, then ``env``, then the contract's
-    variables."""
-
-    job_id: str
-    run: int
-    command: tuple[str, ...]
-    cwd: str
-    env: Mapping[str, str]
-    gpus: tuple[int, ...]
-    gpu_milli: int = 1000
-    mem_mib: int | None = None
-    grace_s: float = contract.DEFAULT_GRACE_S
-    tenant: str = field(kw_only=True)  # required, by name (after the fields that were positional before it)
-    run_as: str | None = field(default=None, kw_only=True)
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessStarted:
-    """The run's shim is running; ``pid`` is its pid, which is also the id of the run's process group."""
-
-    job_id: str
-    run: int
-    pid: int
-    started_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessExited:
-    """The run is over (or never started). ``exit_code``/``signal`` are the job's main process's, from the
-    shim's ``exit.json``; both are ``None`` when there is no such record: the whole process group was killed
-    (by the agent after a grace period, or from outside), the process ended while no agent watched and left
-    nothing, or the run could not start. ``requested`` is ``"preempt"`` or ``"cancel"`` when the agent had been
-    asked to stop this run. ``detail`` says what happened in words (which signal, when the agent knows it)."""
-
-    job_id: str
-    run: int
-    exit_code: int | None
-    signal: int | None
-    requested: StopRequest | None
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobReported:
-    """A step report the job sent over the channel."""
-
-    job_id: str
-    run: int
-    report: contract.StepReport
-
-
-@dataclass(frozen=True, slots=True)
-class JobSaid:
-    """Anything else the job sent over the channel (its hello, paused, resumed, checkpointed)."""
-
-    job_id: str
-    run: int
-    message: contract.Paused | contract.Resumed | contract.Checkpointed | contract.Hello
-
-
-@dataclass(frozen=True, slots=True)
-class JobMeasured:
-    """What NVML measured of a run's processes on its GPUs, sampled by the agent every report interval:
-    ``mem_used_mib`` the most GPU memory its processes hold on any one of its GPUs (CUDA contexts included),
-    ``sm_util`` their SM use, averaged over its GPUs; ``None`` where NVML gave no figure."""
-
-    job_id: str
-    run: int
-    mem_used_mib: int | None
-    sm_util: float | None
-
-
-AgentReport = ProcessStarted | ProcessExited | JobReported | JobSaid | JobMeasured
 
 
 def safe_name(job_id: str) -> str:
@@ -252,143 +193,6 @@ class _Run:
     @property
     def key(self) -> tuple[str, int]:
         return (self.job_id, self.run)
-
-
-def _signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``, or ``None`` where the kernel or Python has none; ``ProcessLookupError`` if gone."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
-        return None
-    try:
-        fd: int = pidfd_open(pid)
-    except ProcessLookupError:
-        raise
-    except OSError as e:
-        if e.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
-            return None
-        raise
-    return fd
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start ticks) of ``pid``, or ``None`` if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        return rest[0].decode(), int(rest[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _alive(pid: int, ticks: int | None) -> bool:
-    """Whether ``pid`` is a live (not zombie) process that started at ``ticks``."""
-    st = _proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X", "x") and (ticks is None or st[1] == ticks)
-
-
-def _read_exit(run_dir: Path) -> tuple[int | None, int | None] | None:
-    """(exit_code, signal) from the shim's ``exit.json``, or ``None`` if there is none (or it is unreadable)."""
-    try:
-        body = json.loads((run_dir / "exit.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(body, dict):
-        return None
-    code, sig = body.get("exit_code"), body.get("signal")
-    return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
-
-
-def _read_secret(run_dir: Path) -> str | None:
-    """The run's channel secret, from its record; ``None`` when there is none (a run of an earlier corral)."""
-    try:
-        secret = (run_dir / "secret").read_text(encoding="ascii").strip()
-    except (OSError, ValueError):
-        return None
-    return secret or None
-
-
-def _read_pid(path: Path) -> tuple[int, int] | None:
-    """(pid, start ticks) from a ``pid`` record."""
-    try:
-        pid, ticks = path.read_text().split()
-        return int(pid), int(ticks)
-    except (OSError, ValueError):
-        return None
-
-
-def _describe_exit(code: int | None, sig: int | None) -> str:
-    if sig is not None:
-        return f"killed by signal {sig} ({_signame(sig)})"
-    if code == contract.EXIT_PREEMPTED:
-        return f"exited with code {code} (checkpointed on request)"
-    if code == 127:
-        return "exited with code 127 (command not found)"
-    if code == 126:
-        return "exited with code 126 (command cannot be executed)"
-    return f"exited with code {code}"
-
-
-def _open_log(path: Path, owner: tuple[int, int] | None = None) -> int:
-    """An append-only descriptor of a job's log, created 0600 (and given to ``owner``, a run_as user, so that it
-    may read its own log). Never follows a symbolic link: a log is a file the agent made, in its own directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _PRIVATE_FILE)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"{path} is not a regular file")
-        if owner is not None and (st.st_uid, st.st_gid) != owner:
-            os.fchown(fd, *owner)
-        if stat.S_IMODE(st.st_mode) != _PRIVATE_FILE:
-            os.fchmod(fd, _PRIVATE_FILE)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _write_marker(path: Path, text: str) -> None:
-    try:
-        fd = _open_log(path)
-        with open(fd, "a", encoding="utf-8", errors="replace") as f:
-            f.write(f"=== corral: {text} ===\n")
-    except OSError as e:
-        log.warning("cannot write to the log %s: %s", path, e)
-
-
-def _now_text() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-
-
-def _ensure_dir(path: Path, mode: int, owner: tuple[int, int] | None = None, *, top: bool = False) -> None:
-    """``path`` as a directory with ``mode`` (and ``owner``), whether it existed or not. Its parent is the
-    agent's own (no one else can put a link there); a link or file in its place is an error, never followed, but
-    for the ``top`` (the state directory itself, which its administrator may have made a link)."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, mode)
-    st = os.stat(path) if top else os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(errno.ENOTDIR, f"{path} is not a directory")
-    if owner is not None and (st.st_uid, st.st_gid) != owner:
-        os.chown(path, *owner, follow_symlinks=top)
-    if stat.S_IMODE(st.st_mode) != mode:
-        os.chmod(path, mode)
-
-
-def _give_tree(path: Path, owner: tuple[int, int]) -> None:
-    """Give the directory tree at ``path`` (a checkpoint directory written by runs as another user) to
-    ``owner``, through directory descriptors that never follow a link (the tree's owner could swap one in)."""
-    os.chown(path, *owner, follow_symlinks=False)
-    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
-        for name in (*dirs, *files):
-            with contextlib.suppress(FileNotFoundError):
-                os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
 
 
 def _peer_uid(sock: socket.socket) -> int | None:
@@ -595,23 +399,23 @@ class Agent:
         too). Tenants' directories become passable again when one of their run_as runs starts or is adopted."""
         sd = self._state_dir
         sd.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
-        _ensure_dir(sd, _PRIVATE_DIR, top=True)
+        ensure_dir(sd, _PRIVATE_DIR, top=True)
         euid = os.geteuid()
         for entry in os.scandir(sd):
             st = entry.stat(follow_symlinks=False)
             if euid not in (0, st.st_uid):
                 continue
-            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != _PRIVATE_FILE:
-                os.chmod(entry.path, _PRIVATE_FILE)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != PRIVATE_FILE:
+                os.chmod(entry.path, PRIVATE_FILE)
             elif stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != _PRIVATE_DIR:
                 os.chmod(entry.path, _PRIVATE_DIR)  # runs/, tenants/, and an earlier corral's logs/, checkpoints/
-        _ensure_dir(sd / "runs", _PRIVATE_DIR)
-        _ensure_dir(sd / _TENANTS, _PRIVATE_DIR)
+        ensure_dir(sd / "runs", _PRIVATE_DIR)
+        ensure_dir(sd / _TENANTS, _PRIVATE_DIR)
         for entry in os.scandir(sd / _TENANTS):
             if entry.is_dir(follow_symlinks=False):
                 for sub in ("", "logs", "checkpoints"):
                     with contextlib.suppress(FileNotFoundError):
-                        _ensure_dir(Path(entry.path, sub), _PRIVATE_DIR)
+                        ensure_dir(Path(entry.path, sub), _PRIVATE_DIR)
 
     def _open_for(self, tenant: str) -> None:
         """Let a run_as tenant's user pass through to its own checkpoints and logs and reach the channel's socket
@@ -619,9 +423,9 @@ class Agent:
         if tenant in self._open_tenants:
             return
         tdir = self.tenant_dir(tenant)
-        _ensure_dir(self._state_dir, _PASSAGE_DIR, top=True)
+        ensure_dir(self._state_dir, _PASSAGE_DIR, top=True)
         for path in (self._state_dir / _TENANTS, tdir, tdir / "logs", tdir / "checkpoints"):
-            _ensure_dir(path, _PASSAGE_DIR)
+            ensure_dir(path, _PASSAGE_DIR)
         os.chmod(self._socket_path, 0o666)  # anyone may connect; a run's secret says who may speak
         self._open_tenants.add(tenant)
 
@@ -871,21 +675,21 @@ class Agent:
             key = (job_id, run)
             if key in self._runs:
                 return True
-            record = _read_exit(rd)
-            pid_rec = _read_pid(rd / "pid") or _read_pid(rd / "spawned")
+            record = read_exit(rd)
+            pid_rec = read_pid(rd / "pid") or read_pid(rd / "spawned")
             launched = self._read_launch(rd)
             tenant = launched.get("tenant")
             if isinstance(tenant, str) and tenant:
                 self._tenant_of[job_id] = tenant
-            if record is None and pid_rec is not None and _alive(*pid_rec):
+            if record is None and pid_rec is not None and is_alive(*pid_rec):
                 pid, ticks = pid_rec
                 try:
-                    pidfd = _open_pidfd(pid)
+                    pidfd = open_pidfd(pid)
                 except ProcessLookupError:
                     pidfd = None
                     alive = False
                 else:
-                    alive = _alive(pid, ticks)  # again: the pidfd must be for the shim, not a reused pid
+                    alive = is_alive(pid, ticks)  # again: the pidfd must be for the shim, not a reused pid
                 if alive:
                     gpus = tuple(int(g) for g in launched.get("gpus", ()))
                     grace = grace_s if grace_s is not None else float(launched.get("grace_s", contract.DEFAULT_GRACE_S))
@@ -897,7 +701,7 @@ class Agent:
                         grace,
                         None,
                         tenant if isinstance(tenant, str) and tenant else "",
-                        _read_secret(rd),
+                        read_secret(rd),
                         uid if type(uid) is int else self._own_user.uid,
                         state="running",
                         adopted=True,
@@ -910,7 +714,7 @@ class Agent:
                             self._open_for(r.tenant)
                         except OSError as e:
                             log.warning("job %r run %d: cannot open its tenant's directories: %s", job_id, run, e)
-                    st = _proc_stat(pid)
+                    st = proc_stat(pid)
                     if st is not None and st[0] == "T":
                         r.paused_by = "signal"
                     self._runs[key] = r
@@ -919,14 +723,14 @@ class Agent:
                     return True
                 if pidfd is not None:
                     os.close(pidfd)
-                record = _read_exit(rd)  # it may have ended between the two looks
+                record = read_exit(rd)  # it may have ended between the two looks
             if record is None:
                 return False
-            if pid_rec is not None and _alive(*pid_rec):  # exit recorded, shim finishing: clear its group
+            if pid_rec is not None and is_alive(*pid_rec):  # exit recorded, shim finishing: clear its group
                 self._kill_group(pid_rec[0])
             code, sig = record
-            detail = _describe_exit(code, sig) + " (while no agent watched)"
-            _write_marker(self.log_path(job_id), f"run {run} ended {_now_text()}: {detail}")
+            detail = describe_exit(code, sig) + " (while no agent watched)"
+            write_marker(self.log_path(job_id), f"run {run} ended {now_text()}: {detail}")
             self._report_exit(job_id, run, code, sig, None, detail)
             return True
 
@@ -954,7 +758,7 @@ class Agent:
             else:
                 os.kill(run.pid, signum)
         except (ProcessLookupError, PermissionError) as e:
-            log.info("job %r run %d: %s not delivered (%s)", run.job_id, run.run, _signame(signum), e)
+            log.info("job %r run %d: %s not delivered (%s)", run.job_id, run.run, signame(signum), e)
             return False
         return True
 
@@ -967,7 +771,7 @@ class Agent:
         try:
             os.killpg(run.pid, signum)
         except (ProcessLookupError, PermissionError) as e:
-            log.info("job %r run %d: %s to its group not delivered (%s)", run.job_id, run.run, _signame(signum), e)
+            log.info("job %r run %d: %s to its group not delivered (%s)", run.job_id, run.run, signame(signum), e)
             return False
         return True
 
@@ -1153,7 +957,7 @@ class Agent:
                     run.killed = True
                     log.info("job %r run %d did not exit within %.1f s; killing it", run.job_id, run.run, run.grace_s)
                     self._signal_group(run, signal.SIGKILL)
-                if run.pidfd is None and run.pid is not None and not _alive(run.pid, run.ticks):
+                if run.pidfd is None and run.pid is not None and not is_alive(run.pid, run.ticks):
                     self._ended(run)
 
     # -- spawning ---------------------------------------------------------------------------------------------
@@ -1222,18 +1026,18 @@ class Agent:
         sd = self._state_dir
         tdir = self.tenant_dir(req.tenant)
         for path in (sd / "runs", sd / "runs" / safe_name(req.job_id), self.run_dir(req.job_id, req.run)):
-            _ensure_dir(path, _PRIVATE_DIR)
-        _ensure_dir(sd / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
+            ensure_dir(path, _PRIVATE_DIR)
+        ensure_dir(sd / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
         passage = _PASSAGE_DIR if user.switch else _PRIVATE_DIR
         for path in (tdir, tdir / "logs", tdir / "checkpoints"):
-            _ensure_dir(path, passage)
+            ensure_dir(path, passage)
         if self._checkpoint_root != sd:
             root = self._checkpoint_root
             root.mkdir(parents=True, exist_ok=True)
-            _ensure_dir(root, _PRIVATE_DIR if not user.switch else _PASSAGE_DIR, top=True)
-            _ensure_dir(root / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
+            ensure_dir(root, _PRIVATE_DIR if not user.switch else _PASSAGE_DIR, top=True)
+            ensure_dir(root / _TENANTS, _PRIVATE_DIR if not self._open_tenants else _PASSAGE_DIR)
             for path in (self._checkpoints_of(req.tenant).parent, self._checkpoints_of(req.tenant)):
-                _ensure_dir(path, passage)
+                ensure_dir(path, passage)
         if user.switch:
             self._open_for(req.tenant)
         ckpt = self.checkpoint_dir(req.job_id, req.tenant)
@@ -1247,7 +1051,7 @@ class Agent:
         if not stat.S_ISDIR(st.st_mode):
             raise _SpawnError(f"{ckpt} is not a directory")
         if (st.st_uid, st.st_gid) != owner and (user.switch or os.geteuid() == 0):
-            _give_tree(ckpt, owner)  # the tenant's run_as user changed (or came, or went): its checkpoints follow
+            give_tree(ckpt, owner)  # the tenant's run_as user changed (or came, or went): its checkpoints follow
         if stat.S_IMODE(st.st_mode) != _PRIVATE_DIR:
             os.chmod(ckpt, _PRIVATE_DIR)
 
@@ -1287,9 +1091,9 @@ class Agent:
             shim = [self._python, "-I", "-S", str(SHIM_PATH), str(rd)]
             if user.switch:
                 shim += ["--user", f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"]
-            log_fd = _open_log(log_path, (user.uid, user.gid) if user.switch else None)
+            log_fd = open_log(log_path, (user.uid, user.gid) if user.switch else None)
             with open(log_fd, "ab") as logf:
-                what = f"run {req.run} started {_now_text()} on GPUs {gpus_text}: {shlex.join(req.command)}"
+                what = f"run {req.run} started {now_text()} on GPUs {gpus_text}: {shlex.join(req.command)}"
                 logf.write(f"=== corral: {what} ===\n".encode(errors="replace"))
                 logf.flush()
                 popen = subprocess.Popen(
@@ -1305,7 +1109,7 @@ class Agent:
         except (_SpawnError, OSError, ValueError, subprocess.SubprocessError) as e:
             detail = f"cannot start the job: {e}"
             log.warning("job %r run %d: %s", req.job_id, req.run, detail)
-            _write_marker(log_path, f"run {req.run} not started: {detail}")
+            write_marker(log_path, f"run {req.run} not started: {detail}")
             with self._lock:
                 self._runs.pop(run.key, None)
                 self._report_exit(req.job_id, req.run, None, None, run.requested, detail)
@@ -1316,7 +1120,7 @@ class Agent:
         # The shim writes its own ``pid`` record once it forwards signals; this one closes the window before.
         with contextlib.suppress(OSError):
             write_atomic(str(rd / "spawned"), f"{pid} {ticks}\n")
-        pidfd = _open_pidfd(pid)
+        pidfd = open_pidfd(pid)
         with self._lock:
             run.state, run.pid, run.ticks, run.popen, run.pidfd = "running", pid, ticks, popen, pidfd
             self._outbox.append(ProcessStarted(req.job_id, req.run, pid, started_at))
@@ -1350,16 +1154,16 @@ class Agent:
         else:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(run.pid, os.WNOHANG)  # ours after all (adopted within the same process)
-        record = _read_exit(self.run_dir(run.job_id, run.run))
+        record = read_exit(self.run_dir(run.job_id, run.run))
         code: int | None = None
         sig: int | None = None
         if record is not None:
             code, sig = record
-            detail = _describe_exit(code, sig)
+            detail = describe_exit(code, sig)
         elif run.killed:
             detail = f"killed (SIGKILL to its process group) {run.grace_s:g} s after the {run.requested} request"
         elif status is not None and status < 0:
-            detail = f"its process group was killed by {_signame(-status)}; no exit record"
+            detail = f"its process group was killed by {signame(-status)}; no exit record"
         elif status is not None:
             detail = f"the corral shim failed with code {status} and left no exit record; see the job's log"
         else:
@@ -1370,7 +1174,7 @@ class Agent:
             self._mark_dead(run.conn)
         del self._runs[run.key]
         self._complaints.forget(run.job_id, run.run)
-        _write_marker(self.log_path(run.job_id), f"run {run.run} ended {_now_text()}: {detail}")
+        write_marker(self.log_path(run.job_id), f"run {run.run} ended {now_text()}: {detail}")
         self._report_exit(run.job_id, run.run, code, sig, run.requested, detail)
 
     # -- the channel (loop thread) ----------------------------------------------------------------------------
@@ -1562,7 +1366,7 @@ class Agent:
             run.cut_off = True
             what = f"more than {contract.MAX_BAD_MESSAGES} bad messages (the last: {why})"
             log.warning("agent channel: job %r run %d disconnected for good: %s", run.job_id, run.run, what)
-            _write_marker(
+            write_marker(
                 self.log_path(run.job_id),
                 f"run {run.run} disconnected from the agent for good: {what}; it is controlled by signals now",
             )

@@ -48,10 +48,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from corral.core import contract
-from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
+from corral.core.cluster import Cluster, Topology
 from corral.core.errors import CorralError, InvariantViolation
 from corral.core.events import (
     JobCancelled,
@@ -64,7 +64,6 @@ from corral.core.events import (
     TimerFired,
 )
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
-from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.engine.clock import Clock, WallClock
@@ -79,19 +78,25 @@ from corral.live.agent import (
     ProcessExited,
     ProcessStarted,
 )
-from corral.live.gpus import GpuInfo
+from corral.live.controller import lifecycle
+from corral.live.controller.cluster import cluster_for, cluster_for_nodes
+from corral.live.controller.executor import AgentLike, ExecutorLinks, LiveExecutor
 from corral.live.nodes import NodeDown, NodeReport, Nodes, NodeUp
 from corral.live.records import (
-    BadRequest,
     ClusterSnapshot,
     GpuJob,
     GpuSnapshot,
+    InvalidRequest,
+    JobEnded,
     JobRecord,
     JobRequest,
+    NeverFits,
     NodeSnapshot,
+    NoSuchJob,
     ProcessPhase,
     ProcessState,
     TenantSnapshot,
+    UnknownTenant,
     new_job_id,
 )
 from corral.live.store import JobEvent, Store
@@ -105,67 +110,6 @@ log = logging.getLogger("corral.live.controller")
 T = TypeVar("T")
 
 
-class AgentLike(Protocol):
-    """What the controller needs of a node agent (:class:`corral.live.agent.Agent`, or the virtual one)."""
-
-    @property
-    def gpus(self) -> tuple[GpuInfo, ...]: ...
-    def start(self) -> None: ...
-    def close(self) -> None: ...
-    def launch(self, req: LaunchRequest) -> None: ...
-    def preempt(self, job_id: str, run: int) -> None: ...
-    def cancel(self, job_id: str, run: int) -> None: ...
-    def pause(self, job_id: str, run: int, *, evict: bool = False) -> None: ...
-    def resume(self, job_id: str, run: int) -> None: ...
-    def send(self, job_id: str, run: int, message: contract.SetBatchSize | contract.SetLimits) -> bool: ...
-    def adopt(self, job_id: str, run: int) -> bool: ...
-    def log_path(self, job_id: str) -> Path: ...
-
-
-def cluster_for(gpus: Sequence[GpuInfo], tenants: Iterable[Tenant], name: str = "local") -> tuple[Cluster, list[int]]:
-    """The scheduler's model of one machine: a node per GPU type (a node is homogeneous), in the order the
-    agent numbers them. Returns the cluster and, for each engine GPU index, the agent's GPU index."""
-    by_type: dict[str, list[GpuInfo]] = {}
-    for g in gpus:
-        by_type.setdefault(g.type_name, []).append(g)
-    types: list[GpuType] = []
-    nodes: list[NodeSpec] = []
-    order: list[int] = []
-    for type_name, group in by_type.items():
-        types.append(GpuType(type_name, min(g.mem_mib for g in group)))
-        node = name if len(by_type) == 1 else f"{name}-{type_name}"
-        nodes.append(NodeSpec(node, type_name, len(group)))
-        order.extend(g.index for g in group)
-    return Cluster(name, tuple(types), tuple(nodes), tuple(tenants)), order
-
-
-def cluster_for_nodes(
-    nodes: Sequence[tuple[str, Sequence[GpuInfo]]], tenants: Iterable[Tenant], name: str = "ray"
-) -> tuple[Cluster, list[int], dict[str, tuple[str, ...]]]:
-    """The scheduler's model of several machines (:meth:`corral.live.nodes.Nodes.node_gpus`): each machine is a
-    node (one per GPU type it has, named ``MACHINE-TYPE``, when it has several types). Returns the cluster, for
-    each engine GPU index the agent's (global) GPU index, and for each machine the names of its engine nodes."""
-    types: dict[str, int] = {}
-    specs: list[NodeSpec] = []
-    order: list[int] = []
-    engine_nodes: dict[str, tuple[str, ...]] = {}
-    for machine, gpus in nodes:
-        by_type: dict[str, list[GpuInfo]] = {}
-        for g in gpus:
-            by_type.setdefault(g.type_name, []).append(g)
-        names = []
-        for type_name, group in by_type.items():
-            mem = min(g.mem_mib for g in group)
-            types[type_name] = min(mem, types.get(type_name, mem))
-            node = machine if len(by_type) == 1 else f"{machine}-{type_name}"
-            specs.append(NodeSpec(node, type_name, len(group)))
-            order.extend(g.index for g in group)
-            names.append(node)
-        engine_nodes[machine] = tuple(names)
-    gpu_types = tuple(GpuType(t, mem) for t, mem in types.items())
-    return Cluster(name, gpu_types, tuple(specs), tuple(tenants)), order, engine_nodes
-
-
 @dataclass(slots=True)
 class _Item:
     """One thing for the loop: a submission, a cancellation, an agent report, or a call from another thread."""
@@ -175,154 +119,6 @@ class _Item:
     done: threading.Event | None = None
     result: Any = None
     error: BaseException | None = None
-
-
-class LiveExecutor:
-    """The executor seam for live mode: the engine's decisions as process actions, queued until the turn's
-    writes are committed (see the module docstring)."""
-
-    def __init__(self, controller: Controller) -> None:
-        self._c = controller
-
-    def bind(self, sink: Any) -> None:  # reports reach the engine through the controller's inbox instead
-        pass
-
-    def launch(self, job: JobStatus, now_s: float) -> None:
-        c = self._c
-        job_id = job.spec.job_id
-        proc = c.process(job_id)
-        placement = job.placement
-        assert placement is not None
-        held = job.suspended_from
-        if proc.phase is ProcessPhase.PAUSED and held is not None and held.gpus == placement.gpus:
-            proc.phase = ProcessPhase.RUNNING  # Gandiva's resume in place: same process, same GPUs
-            run = proc.run
-            c.command(lambda: c.agent.resume(job_id, run))
-            c.note(job_id, "resumed", f"run {run} on GPUs {_gpus(placement)}")
-            return
-        if proc.phase is ProcessPhase.PAUSED:  # resumed elsewhere: the paused process checkpoints and exits first
-            old = proc.run
-            c.command(lambda: c.agent.preempt(job_id, old))
-        if proc.phase is ProcessPhase.PAUSED and not job.movable:
-            log.warning(
-                "job %s: resumed on other GPUs than it was suspended from, but it does not checkpoint: it starts "
-                "again from the beginning (the policy should have waited for its GPUs)",
-                job_id,
-            )
-        # A new run can be moved once it says it checkpoints (its hello), not before.
-        c.state.set_movable(job_id, False)
-        if proc.phase is not ProcessPhase.NONE:
-            proc.earlier.append(proc.run)  # still stopping: watched until it exits, across restarts too
-        proc.run += 1
-        proc.phase = ProcessPhase.STARTING
-        proc.pid = None
-        proc.exit_code = proc.exit_signal = None
-        proc.stopping_for = None
-        run_no = proc.run
-        # The request is made when the turn's writes are committed, from the placement the job holds then: a
-        # later action of the same round (AntMan resizes or upgrades what it just launched) is already in it.
-        c.command(lambda: c.agent.launch(c.launch_request(job, run_no)))
-        c.note(job_id, "launched", f"run {proc.run} on GPUs {_gpus(placement)} at {placement.gpu_milli} milli")
-
-    def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
-        c = self._c
-        job_id = job.spec.job_id
-        proc = c.process(job_id)
-        run = proc.run
-        if proc.phase in (ProcessPhase.STARTING, ProcessPhase.RUNNING):
-            if suspend:
-                # The engine gives the job's GPU memory to others as of now, so the job must give it back too:
-                # its state goes to host memory (Gandiva's suspend, OSDI'18 §3.1) until it resumes here.
-                proc.phase = ProcessPhase.PAUSED
-                c.command(lambda: c.agent.pause(job_id, run, evict=True))
-                c.note(job_id, "suspended", f"run {run} paused, state to host memory")
-            else:
-                proc.phase = ProcessPhase.STOPPING
-                proc.stopping_for = "preempt"
-                c.command(lambda: c.agent.preempt(job_id, run))
-                c.note(job_id, "preempted", f"run {run} asked to checkpoint and exit")
-        last = job.last_start_s
-        # Live jobs have no known duration: progress is measured in time held, as Tiresias' attained service.
-        return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
-
-    def run_lost(self, job: JobStatus, now_s: float, node: str) -> float:
-        """A node of the job's run was lost (:class:`~corral.engine.executor.NodeLossExecutor`): its ranks there
-        are gone; those elsewhere are stopped (a gang cannot go on without a rank, nor checkpoint). The job
-        restarts from the last checkpoint it wrote itself; what it did is counted, as for a preemption, in time
-        held (the controller cannot know which step that checkpoint holds)."""
-        c = self._c
-        job_id = job.spec.job_id
-        proc = c.process(job_id)
-        if proc.phase is not ProcessPhase.NONE:
-            self.stop_run(job_id, proc)
-        c.note(job_id, "node lost", f"node {node} lost; run {proc.run} stopped, requeued from its last checkpoint")
-        last = job.last_start_s
-        return job.work_done_s + (0.0 if last is None else max(0.0, now_s - last))
-
-    def suspended_lost(self, job: JobStatus, now_s: float, node: str) -> float:
-        """A suspended job's paused process was on the lost node: it restarts from its last checkpoint."""
-        c = self._c
-        job_id = job.spec.job_id
-        proc = c.process(job_id)
-        if proc.phase is ProcessPhase.PAUSED:
-            self.stop_run(job_id, proc)
-        c.note(job_id, "node lost", f"node {node} lost with the suspended run {proc.run}")
-        return job.work_done_s
-
-    def resized(self, job: JobStatus, now_s: float, before: Placement) -> None:
-        c = self._c
-        job_id = job.spec.job_id
-        after = job.placement
-        assert after is not None
-        proc = c.process(job_id)
-        if after.gpus != before.gpus:  # an upgrade onto other GPUs: a migration through a checkpoint
-            old = proc.run
-            c.command(lambda: c.agent.preempt(job_id, old))
-            self.launch(job, now_s)
-            return
-        limits = contract.SetLimits(
-            gpu_milli=after.gpu_milli if after.opportunistic else FULL_GPU_MILLI,
-            mem_mib=after.mem_mib,
-        )
-        run = proc.run
-        c.command(lambda: c.agent.send(job_id, run, limits))
-        c.note(job_id, "resized", f"share {limits.gpu_milli} milli, memory {after.mem_mib} MiB")
-
-    def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
-        """IADeep's tuner (or any policy) set a running job's batch size: the job's ``on_batch_size`` hook applies
-        it at its next boundary (``SetBatchSize``); the size the job then uses comes back in its step reports."""
-        c = self._c
-        job_id = job.spec.job_id
-        size = job.batch_size
-        if size is None:
-            return  # back to the model's reference size: a live job has none to go back to
-        run = c.process(job_id).run
-        message = contract.SetBatchSize(size)
-        c.command(lambda: c.agent.send(job_id, run, message))
-        c.note(job_id, "batch size", f"{before if before is not None else 'default'} -> {size}")
-
-    def finished(self, job: JobStatus, now_s: float) -> None:
-        pass  # its process already exited: that is how the engine learnt it finished (or failed)
-
-    def cancel(self, job: JobStatus, now_s: float) -> None:
-        job_id = job.spec.job_id
-        proc = self._c.process(job_id)
-        if proc.phase is not ProcessPhase.NONE:
-            self.stop_run(job_id, proc)
-
-    def stop_run(self, job_id: str, proc: ProcessState) -> None:
-        """Stop the job's run without a checkpoint (a cancel, or what is left of a run a lost node broke)."""
-        c = self._c
-        proc.phase = ProcessPhase.STOPPING
-        proc.stopping_for = "cancel"
-        run = proc.run
-        c.command(lambda: c.agent.cancel(job_id, run))
-
-    def demand_changed(self, job: JobStatus, now_s: float) -> None:
-        pass  # only the simulator models demand changes; a real job's demand shows in its telemetry
-
-    def is_current(self, event: object) -> bool:
-        return True  # a real exit is real
 
 
 @dataclass(slots=True)
@@ -364,7 +160,16 @@ class Controller:
         self.grace_s = grace_s
         self.gpu_order = list(gpu_order) if gpu_order is not None else list(range(self.topology.num_gpus))
         self.state = ClusterState(self.topology, cluster.tenants, queue_key=policy.queue_key)
-        self.executor = LiveExecutor(self)
+        self.executor = LiveExecutor(
+            ExecutorLinks(
+                agent=lambda: self.agent,
+                process=self.process,
+                command=self.command,
+                note=self.note,
+                launch_request=self.launch_request,
+                set_movable=self.state.set_movable,
+            )
+        )
         self.engine = Engine(self.state, policy, self.executor, self.clock, record_decisions=record_decisions)
         self.engine.on_change = self._changed
         self._tenants = {t.name: t for t in cluster.tenants}
@@ -389,7 +194,7 @@ class Controller:
     @classmethod
     def from_config(cls, config: ServeConfig) -> Controller:
         from corral.live.agent import Agent
-        from corral.live.gpus import discover_gpus
+        from corral.live.agent.gpus import discover_gpus
         from corral.policies.registry import make_policy
 
         tenants = [Tenant(t.name, t.quota_gpus) for t in config.tenants]
@@ -486,11 +291,12 @@ class Controller:
                     run = proc.run
                     self.command(partial(self.agent.cancel, job_id, run))
                 else:
-                    proc.phase = ProcessPhase.NONE
+                    if proc.phase is not ProcessPhase.NONE:  # gone while no controller watched
+                        lifecycle.move(job_id, proc, ProcessPhase.NONE)
                     changes.jobs[job_id] = status
                 continue
-            if not alive:
-                proc.phase = ProcessPhase.NONE
+            if not alive and proc.phase is not ProcessPhase.NONE:
+                lifecycle.move(job_id, proc, ProcessPhase.NONE)
             if status.phase is JobPhase.RUNNING and proc.phase in (ProcessPhase.RUNNING, ProcessPhase.STARTING):
                 try:
                     job = self.engine.restore(status, now)
@@ -498,8 +304,7 @@ class Controller:
                     log.warning("job %s cannot keep its GPUs after the restart (%s); requeued", job_id, e)
                     run = proc.run
                     self.command(partial(self.agent.preempt, job_id, run))
-                    proc.phase = ProcessPhase.STOPPING
-                    proc.stopping_for = "preempt"
+                    lifecycle.stop(job_id, proc, "preempt")
                     job = self.engine.restore(_requeued(status, now), now)
                 self.note(job_id, "reattached" if job.phase is JobPhase.RUNNING else "requeued", f"run {proc.run}")
                 continue
@@ -841,10 +646,13 @@ class Controller:
         job = self.state.job(job_id) if job_id in self.state else None
         if isinstance(report, ProcessStarted):
             if proc.phase is ProcessPhase.STARTING:
-                proc.phase = ProcessPhase.RUNNING
+                lifecycle.move(job_id, proc, ProcessPhase.RUNNING)
             proc.pid = report.pid
             self.note(job_id, "started", f"run {report.run}, pid {report.pid}")
         elif isinstance(report, ProcessExited):
+            if proc.phase is ProcessPhase.NONE:  # its end was heard already (an agent told twice): nothing new
+                log.warning("job %s: run %d reported ended twice; the second ignored", job_id, report.run)
+                return
             self._on_exit(job_id, proc, job, report, now)
         elif isinstance(report, JobMeasured):
             self._measured[job_id] = report
@@ -899,10 +707,7 @@ class Controller:
     def _on_exit(
         self, job_id: str, proc: ProcessState, job: JobStatus | None, report: ProcessExited, now: float
     ) -> None:
-        was = proc.phase
-        proc.phase = ProcessPhase.NONE
-        proc.exit_code, proc.exit_signal = report.exit_code, report.signal
-        proc.stopping_for = None
+        was = lifecycle.exited(job_id, proc, report.exit_code, report.signal)
         how = _exit_words(report)
         self.note(job_id, "exited", f"run {report.run}: {how}")
         if job is None:
@@ -930,7 +735,8 @@ class Controller:
     # The API's side (any thread)
     # ------------------------------------------------------------------------------------------------------
     def submit(self, request: JobRequest) -> JobRecord:
-        """Check a request, commit it, and queue it for the loop. Raises :class:`BadRequest`, changing nothing."""
+        """Check a request, commit it, and queue it for the loop. Raises a :class:`~corral.live.records.BadRequest`,
+        changing nothing."""
         self._check(request)
         job_class = JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED
         with self._submit_lock:
@@ -959,49 +765,46 @@ class Controller:
     def _check(self, request: JobRequest) -> None:
         tenant = self._tenants.get(request.tenant)
         if tenant is None:
-            raise BadRequest(
-                404, f"unknown tenant {request.tenant!r}; tenants here: {', '.join(sorted(self._tenants))}"
-            )
+            raise UnknownTenant(f"unknown tenant {request.tenant!r}; tenants here: {', '.join(sorted(self._tenants))}")
         if not request.command or not all(isinstance(a, str) and a and "\0" not in a for a in request.command):
-            raise BadRequest(422, "command must be a non-empty list of non-empty strings without NUL characters")
+            raise InvalidRequest("command must be a non-empty list of non-empty strings without NUL characters")
         n, milli = request.num_gpus, request.gpu_milli
         if type(n) is not int or n < 1:
-            raise BadRequest(422, f"num_gpus must be an integer >= 1, got {n!r}")
+            raise InvalidRequest(f"num_gpus must be an integer >= 1, got {n!r}")
         total = self.topology.num_gpus
         if n > total:
-            raise BadRequest(422, f"the job asks for {n} GPUs; this cluster has {total}")
+            raise NeverFits(f"the job asks for {n} GPUs; this cluster has {total}")
         # A job larger than a node runs as a gang across nodes, on GPUs of one type (see capacity_reason).
         largest = max(self.topology.type_num_gpus)
         if n > largest:
-            raise BadRequest(422, f"the job asks for {n} GPUs; this cluster has at most {largest} of one type")
+            raise NeverFits(f"the job asks for {n} GPUs; this cluster has at most {largest} of one type")
         if type(milli) is not int or not 1 <= milli <= FULL_GPU_MILLI:
-            raise BadRequest(422, f"gpu_milli must be an integer in 1..1000, got {milli!r}")
+            raise InvalidRequest(f"gpu_milli must be an integer in 1..1000, got {milli!r}")
         if n > 1 and milli != FULL_GPU_MILLI:
-            raise BadRequest(422, "a fractional GPU share (gpu_milli < 1000) needs num_gpus == 1")
+            raise InvalidRequest("a fractional GPU share (gpu_milli < 1000) needs num_gpus == 1")
         if request.gpu_mem_mib is not None:
             most = max(self.topology.gpu_mem_mib)
             if type(request.gpu_mem_mib) is not int or not 0 <= request.gpu_mem_mib <= most:
-                raise BadRequest(422, f"gpu_mem_mib must be an integer in 0..{most}, got {request.gpu_mem_mib!r}")
+                raise InvalidRequest(f"gpu_mem_mib must be an integer in 0..{most}, got {request.gpu_mem_mib!r}")
         if not request.opportunistic and tenant.quota_gpus is not None and n * milli > tenant.quota_gpus * 1000:
-            raise BadRequest(
-                422,
+            raise NeverFits(
                 f"tenant {tenant.name!r} has a quota of {tenant.quota_gpus} GPUs; a guaranteed job of "
                 f"{n * milli / 1000:g} GPUs could never start (submit it as opportunistic to run on spare GPUs)",
             )
         if not os.path.isdir(request.cwd):
-            raise BadRequest(422, f"working directory {request.cwd!r} does not exist on the server")
+            raise InvalidRequest(f"working directory {request.cwd!r} does not exist on the server")
         for key, value in request.env.items():
             if not key or "=" in key or "\0" in key or not isinstance(value, str) or "\0" in value:
-                raise BadRequest(422, f"environment variable {key!r}: names and values must be plain strings")
+                raise InvalidRequest(f"environment variable {key!r}: names and values must be plain strings")
             if key in contract.ALL_ENV:
-                raise BadRequest(422, f"environment variable {key!r} is set by corral (see corral.core.contract)")
+                raise InvalidRequest(f"environment variable {key!r} is set by corral (see corral.core.contract)")
         if request.name is not None and len(request.name) > 200:
-            raise BadRequest(422, "name is longer than 200 characters")
+            raise InvalidRequest("name is longer than 200 characters")
 
     def cancel(self, job_id: str) -> JobRecord:
         record = self.job(job_id)
         if record.phase.is_terminal:
-            raise BadRequest(409, f"job {job_id} already ended ({record.phase.value})")
+            raise JobEnded(f"job {job_id} already ended ({record.phase.value})")
         done = threading.Event()
         self._inbox.put(_Item("cancel", job_id, done=done))
         done.wait(timeout=5)
@@ -1010,7 +813,7 @@ class Controller:
     def job(self, job_id: str) -> JobRecord:
         record = self.store.get(job_id)
         if record is None:
-            raise BadRequest(404, f"no job {job_id!r}")
+            raise NoSuchJob(f"no job {job_id!r}")
         return self._with_telemetry(record)
 
     def jobs(
@@ -1169,10 +972,6 @@ def _requeued(status: JobStatus, now: float) -> JobStatus:
     status.telemetry = None
     status.observed_rate = None
     return status
-
-
-def _gpus(p: Placement) -> str:
-    return ",".join(map(str, p.gpus))
 
 
 def _describe(request: JobRequest) -> str:

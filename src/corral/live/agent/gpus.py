@@ -25,7 +25,7 @@ from typing import Any
 
 from corral.core.errors import ConfigError
 
-log = logging.getLogger("corral.live.gpus")
+log = logging.getLogger("corral.live.agent.gpus")
 
 MAX_STAND_IN_GPUS = 4096
 STAND_IN_NAME = "stand-in"
