@@ -801,8 +801,16 @@ class Chaos:
             self.stuck_ids.add(job["job_id"])
             r.stuck.append(f"{p.name}: still {phase} (process {job['process']['phase']}, run {run}){did}")
             return
-        if len(ends) > 1:
-            self._judge_twice(p, ends, events, did)
+        # A run the driver SIGKILLed after its last line, before it could exit, did the work but never ended as
+        # done: no scheduler can tell, and running it again is right. Its line is not a completion.
+        killed = {int(n) for n in re.findall(r"SIGKILL to run (\d+)'s group", " ".join(p.victim_of))}
+        done_ends = [
+            end
+            for end in ends
+            if not (int(end.split()[3]) in killed and not exits.get(int(end.split()[3]), "").startswith("exited with"))
+        ]
+        if len(done_ends) > 1:
+            self._judge_twice(p, done_ends, events, did)
         if started and max(started) != run:
             r.wrong.append(f"{p.name}: the server says run {run}, its log's last run is {max(started)}{did}")
         if p.kind == "fail":
