@@ -135,6 +135,12 @@ def test_a_job_larger_than_a_node_runs_as_a_gang_across_nodes(controller: Contro
     assert [e["NODE_RANK"] for e in envs] == ["0", "1"]
     assert all(e["NNODES"] == "2" and e["WORLD_SIZE"] == "4" and e["MASTER_ADDR"] == "127.0.0.1" for e in envs)
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    # The log the API shows is rank 0's, read by its node's agent actor (logs stay on their node).
+    rank0 = next(log for log in logs if _env_lines(log)[0]["NODE_RANK"] == "0")
+    data, size = controller.read_log(job.job_id, 0, 1 << 20)
+    assert data == rank0.read_bytes() and size == len(data)
+    tail, _ = controller.read_log(job.job_id, 10, 5)
+    assert tail == data[10:15]
 
 
 def test_a_lost_node_requeues_its_jobs_and_its_gpus_come_back(

@@ -89,6 +89,7 @@ class NodeAgent(Protocol):
     def adopt(self, job_id: str, run: int) -> bool: ...
     def free_ports(self, count: int) -> list[int]: ...
     def log_path(self, job_id: str) -> Path: ...
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]: ...
 
 
 def free_local_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -297,6 +298,10 @@ class Nodes:
     def log_path(self, job_id: str) -> Path:
         """The log of the job's latest run's rank 0 (each rank logs on its own node)."""
         return self._nodes[self._leader_of.get(job_id, 0)].log_path(job_id)
+
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        """A chunk of the log of the job's latest run's rank 0, read by that node's agent."""
+        return self._nodes[self._leader_of.get(job_id, 0)].read_log(job_id, offset, size)
 
     # -- node loss -----------------------------------------------------------------------------------------------
     def lose(self, i: int, reason: str) -> None:

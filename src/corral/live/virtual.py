@@ -23,6 +23,7 @@ from corral.core.errors import CorralError
 from corral.engine.clock import Clock
 from corral.live.agent import AgentReport, LaunchRequest, ProcessExited, ProcessStarted, StopRequest
 from corral.live.agent.gpus import GpuInfo
+from corral.live.agent.processes import read_chunk
 
 
 @dataclass(slots=True)
@@ -58,6 +59,9 @@ class VirtualAgent:
 
     def log_path(self, job_id: str) -> Path:
         return self._log_dir / f"{job_id}.log"
+
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        return read_chunk(self.log_path(job_id), offset, size)
 
     # -- reports in virtual time -------------------------------------------------------------------------------
     def next_report_s(self) -> float | None:

@@ -95,6 +95,7 @@ from corral.live.agent.processes import (
     open_log,
     open_pidfd,
     proc_stat,
+    read_chunk,
     read_exit,
     read_pid,
     read_secret,
@@ -331,6 +332,11 @@ class Agent:
         if tenant is None:
             return self._state_dir / "logs" / name  # where an earlier corral kept it (if it did)
         return self.tenant_dir(tenant) / "logs" / name
+
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        """Up to ``size`` bytes of the job's log from ``offset``, and the log's size: how the controller reads a
+        log on this node, whichever machine it runs on."""
+        return read_chunk(self.log_path(job_id), offset, size)
 
     def checkpoint_dir(self, job_id: str, tenant: str | None = None) -> Path:
         """The job's checkpoint directory, kept across its runs: ``STATE_DIR/tenants/<tenant>/checkpoints/<job>``

@@ -156,3 +156,17 @@ def give_tree(path: Path, owner: tuple[int, int]) -> None:
         for name in (*dirs, *files):
             with contextlib.suppress(FileNotFoundError):
                 os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def read_chunk(path: Path, offset: int, size: int) -> tuple[bytes, int]:
+    """Up to ``size`` bytes of the file at ``path`` from byte ``offset``, and the file's size now (``b"", 0``
+    when it does not exist yet): how a job's log is read, by whichever node holds it."""
+    try:
+        with path.open("rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            if offset >= total:
+                return b"", total
+            f.seek(offset)
+            return f.read(size), total
+    except FileNotFoundError:
+        return b"", 0

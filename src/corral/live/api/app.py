@@ -48,7 +48,6 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -636,17 +635,8 @@ def create_app(controller: Controller) -> FastAPI:
         included)."""
         record = visible(who, job_id)
         ended = record.phase.is_terminal and record.process.phase is ProcessPhase.NONE
-        path: Path = controller.log_path(job_id)
-        data = b""
-        size = 0
-        try:
-            with path.open("rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if offset < size:
-                    f.seek(offset)
-                    data = f.read(limit + 3)  # 3 more: to finish a character that straddles the limit
-        except FileNotFoundError:
-            pass
+        # 3 more bytes: to finish a character that straddles the limit. The node that holds the log reads it.
+        data, size = controller.read_log(job_id, offset, limit + 3)
         if ended and offset + len(data) >= size and len(data) <= limit:
             cut = len(data)  # the job's last bytes: hand them on even if they end mid-character
         else:

@@ -837,6 +837,11 @@ class Controller:
     def log_path(self, job_id: str) -> Path:
         return self.agent.log_path(job_id)
 
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        """Up to ``size`` bytes of the job's log from ``offset`` and the log's size, read by the agent of the node
+        that holds it (through Ray on another machine)."""
+        return self.agent.read_log(job_id, offset, size)
+
     def _with_telemetry(self, record: JobRecord) -> JobRecord:
         with self._telemetry_lock:
             tel = self._telemetry.get(record.job_id)

@@ -76,3 +76,6 @@ class LocalNode:
 
     def log_path(self, job_id: str) -> Path:
         return self.agent.log_path(job_id)
+
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        return self.agent.read_log(job_id, offset, size)

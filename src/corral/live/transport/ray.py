@@ -149,13 +149,8 @@ class AgentActor:
     def log_path(self, job_id: str) -> str:
         return str(self._agent.log_path(job_id))
 
-    def read_log(self, job_id: str, offset: int, size: int) -> bytes:
-        try:
-            with open(self._agent.log_path(job_id), "rb") as f:
-                f.seek(offset)
-                return f.read(size)
-        except FileNotFoundError:
-            return b""
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        return self._agent.read_log(job_id, offset, size)
 
     def shutdown(self) -> None:
         """Stop the agent (job processes keep running) and end the actor."""
@@ -310,7 +305,13 @@ class RayNode:
         return list(self._call("free_ports", count))
 
     def log_path(self, job_id: str) -> Path:
+        """Where the job's log is on the node (readable here only where the node shares this file system)."""
         return Path(self._call("log_path", job_id))
+
+    def read_log(self, job_id: str, offset: int, size: int) -> tuple[bytes, int]:
+        """A chunk of the job's log, read by the node's agent (logs stay on their node)."""
+        data, total = self._call("read_log", job_id, offset, size)
+        return bytes(data), int(total)
 
 
 class RayCluster:
