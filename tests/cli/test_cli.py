@@ -146,6 +146,23 @@ def test_bad_options_are_clean_errors(args: list[str], message: str) -> None:
     assert message in " ".join(out.split())
 
 
+def test_a_broken_invariant_is_shown_as_a_bug_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a user error (status 2, one line): the engine refusing a decision is corral's own bug."""
+    import corral.cli.main as main_module
+    from corral.core.errors import InvariantViolation
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise InvariantViolation("job 'x' would be placed on a GPU that is already full")
+
+    monkeypatch.setattr(main_module, "simulate", broken)
+    result = CliRunner().invoke(
+        cli, ["simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "n32g4", "--no-progress"]
+    )
+    assert result.exit_code == 1
+    assert isinstance(result.exception, InvariantViolation)  # raised on: Python prints its traceback
+    assert "bug:" in result.output and "error:" not in result.output
+
+
 def test_bad_cluster_file_is_a_clean_error(tmp_path: Path) -> None:
     bad = tmp_path / "c.toml"
     bad.write_text('name = "x"\n[[nodes]]\ngpu_type = "nope"\ngpus = 4\n')

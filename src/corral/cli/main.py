@@ -11,7 +11,8 @@ Commands:
   (:mod:`corral.cli.live`).
 
 Built on click (arguments, help) and rich (tables, progress). Errors that the user can fix are printed as one
-``error:`` line and exit with status 2; anything else is a bug and keeps its traceback.
+``error:`` line and exit with status 2; anything else, an engine invariant broken (:class:`InvariantViolation`)
+included, is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rich.table import Table
 from corral import __version__
 from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_live_cluster
 from corral.core.cluster import Cluster
-from corral.core.errors import ConfigError, CorralError
+from corral.core.errors import ConfigError, CorralError, InvariantViolation
 from corral.core.events import NodeLost
 from corral.policies.base import build_config, config_fields, type_label
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
@@ -203,6 +204,14 @@ def _workload(kw: dict[str, Any], policy_specs: Sequence[str] = ()) -> WorkloadS
 def _errors() -> Iterator[None]:
     try:
         yield
+    except InvariantViolation:
+        # Not the user's input: corral broke one of its own rules. Show it as the bug it is, with the traceback.
+        err_console.print(
+            "[bold red]bug:[/] corral broke one of its own invariants (traceback below); please report it with the "
+            "command line and its inputs",
+            highlight=False,
+        )
+        raise
     except CorralError as exc:
         # The message is text, not markup: a "[...]" in it (a file's column list, an option's syntax) stays as is.
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
