@@ -34,7 +34,7 @@ import sys
 import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,7 +44,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corral.core.errors import ConfigError, CorralError
+from corral.cli.errors import user_errors
+from corral.core.errors import ConfigError
 from corral.core.toml import read_toml
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
@@ -101,15 +102,9 @@ def safe(text: object) -> str:
     return escape(visible(str(text)))
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    # The same rule as corral.cli.main: an error the user can fix is one line and exit status 2. The message may
-    # quote what a user (another tenant) wrote: shown, never obeyed.
-    try:
-        yield
-    except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {safe(exc)}", highlight=False, markup=True, soft_wrap=True)
-        sys.exit(2)
+def _errors() -> AbstractContextManager[None]:
+    # The message may quote what a user (another tenant) wrote: shown, never obeyed.
+    return user_errors(err_console, safe)
 
 
 # ==============================================================================================================

@@ -18,9 +18,8 @@ included, is a bug and keeps its traceback.
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,9 +30,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from corral import __version__
+from corral.cli.errors import user_errors
 from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_live_cluster
 from corral.core.cluster import Cluster
-from corral.core.errors import ConfigError, CorralError, InvariantViolation
+from corral.core.errors import ConfigError
 from corral.core.events import NodeLost
 from corral.policies.base import build_config, config_fields, type_label
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
@@ -200,22 +200,9 @@ def _workload(kw: dict[str, Any], policy_specs: Sequence[str] = ()) -> WorkloadS
     )
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except InvariantViolation:
-        # Not the user's input: corral broke one of its own rules. Show it as the bug it is, with the traceback.
-        err_console.print(
-            "[bold red]bug:[/] corral broke one of its own invariants (traceback below); please report it with the "
-            "command line and its inputs",
-            highlight=False,
-        )
-        raise
-    except CorralError as exc:
-        # The message is text, not markup: a "[...]" in it (a file's column list, an option's syntax) stays as is.
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
-        sys.exit(2)
+def _errors() -> AbstractContextManager[None]:
+    # The message is text, not markup: a "[...]" in it (a file's column list, an option's syntax) stays as is.
+    return user_errors(err_console, lambda exc: escape(str(exc)))
 
 
 NodeEventSource = Callable[[], Iterable[tuple[float, NodeEvent]]] | None
