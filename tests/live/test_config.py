@@ -15,6 +15,7 @@ from corral.live.config import (
     TenantConfig,
     ensure_admin_token,
     load_config,
+    parse_expected_node,
     remove_server_file,
     write_server_file,
 )
@@ -248,3 +249,32 @@ def test_ray_and_stand_in_gpus_do_not_mix(tmp_path: Path) -> None:
     path.write_text('[server]\nray = "local:2x2"\ncheckpoint_dir = "ckpt"\n')
     config = load_config(path)
     assert config.checkpoint_dir == tmp_path / "ckpt"
+
+
+def test_nodes_expected_to_join_later(tmp_path: Path) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text('[server]\nray = "auto"\nray_expect = ["gpu-7:8", "gpu-8:4:A100-80GB"]\n')
+    assert load_config(path).ray_expect == ("gpu-7:8", "gpu-8:4:A100-80GB")
+    assert parse_expected_node("gpu-8:4:A100-80GB") == ("gpu-8", 4, "A100-80GB")
+    assert parse_expected_node("n1:2") == ("n1", 2, None)
+    # The flag, given several times, replaces the file's list.
+    assert load_config(path, ray_expect=("n9:2",)).ray_expect == ("n9:2",)
+    assert load_config(path, ray_expect=()).ray_expect == ("gpu-7:8", "gpu-8:4:A100-80GB")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('ray = "auto"\nray_expect = ["gpu-7"]', "NAME:GPUS"),
+        ('ray = "auto"\nray_expect = ["gpu-7:0"]', "NAME:GPUS"),
+        ('ray = "auto"\nray_expect = ["gpu 7:2"]', "NAME:GPUS"),
+        ('ray = "auto"\nray_expect = "gpu-7:2"', "list"),
+        ('ray_expect = ["gpu-7:2"]', "ray_expect without ray"),
+    ],
+)
+def test_bad_expected_nodes_are_named(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text("[server]\n" + toml + "\n")
+    with pytest.raises(InputError, match="ray_expect") as e:
+        load_config(path)
+    assert message in str(e.value)

@@ -24,6 +24,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'corral[ray]'")
 
+from corral.core.errors import ConfigError  # noqa: E402
 from corral.core.job import JobPhase  # noqa: E402
 from corral.live.client import Client  # noqa: E402
 from corral.live.config import ServeConfig, TenantConfig  # noqa: E402
@@ -175,6 +176,46 @@ def test_a_lost_node_requeues_its_jobs_and_its_gpus_come_back(
     assert lost in used
 
 
+def test_a_node_declared_to_join_later_is_lost_until_it_comes_then_used(ray_nodes: RayNodes, tmp_path: Path) -> None:
+    """``ray_expect``: node7 is part of the cluster model from the start (8 GPUs), lost until a Ray node labelled
+    node7 with two GPUs is alive; a job needing all 8 waits for it, then runs with node7's GPUs."""
+    config = ServeConfig(
+        state_dir=tmp_path / "state",
+        ray=ray_nodes.cluster.address,
+        ray_expect=("node7:2",),
+        tenants=(TenantConfig("alice", None),),
+        grace_s=5.0,
+        policy="fifo",
+    )
+    c = Controller.from_config(config)
+    c.start()
+    try:
+        snap = c.cluster()
+        assert snap.num_gpus == 8
+        _until(lambda: {n.name: n.state for n in c.cluster().nodes}["node7"] == "lost", what="node7 counted lost")
+        job = c.submit(_request("import time; time.sleep(1)", num_gpus=8))
+        time.sleep(2)
+        assert c.job(job.job_id).phase is JobPhase.PENDING  # 6 GPUs alive
+        ray_nodes.add("node7")
+        _until(lambda: c.job(job.job_id).phase is JobPhase.FINISHED, what="the 8-GPU job ran once node7 came")
+        assert {n.name: n.state for n in c.cluster().nodes}["node7"] == "alive"
+        assert "node7" in {c.cluster().gpus[g].node for g in _gpus_of(c, job.job_id)}
+    finally:
+        c.stop()
+        _kill_runs(tmp_path / "state")
+        if "node7" in ray_nodes.nodes:
+            ray_nodes.remove("node7")
+        for name in ["node7", *ray_nodes.nodes]:
+            with contextlib.suppress(Exception):
+                ray.kill(ray.get_actor(f"corral-agent-{name}", namespace="corral"))
+
+
+def test_a_declared_node_needs_a_known_gpu_type(ray_nodes: RayNodes, tmp_path: Path) -> None:
+    config = ServeConfig(state_dir=tmp_path / "state", ray=ray_nodes.cluster.address, ray_expect=("node8:2:A100-80GB",))
+    with pytest.raises(ConfigError, match="no node present has GPU type 'A100-80GB'"):
+        Controller.from_config(config)
+
+
 def _gpus_of(controller: Controller, job_id: str) -> list[int]:
     for event in controller.events(job_id):
         if event.kind == "launched":
@@ -206,7 +247,7 @@ def test_kill_9_of_the_controller_loses_nothing_and_runs_nothing_twice(ray_nodes
 
 
 def test_an_unreachable_ray_address_is_a_clear_error_at_once(tmp_path: Path) -> None:
-    from corral.core.errors import ConfigError
+
     from live_server import free_port
 
     t0 = time.monotonic()
@@ -217,7 +258,7 @@ def test_an_unreachable_ray_address_is_a_clear_error_at_once(tmp_path: Path) -> 
 
 
 def test_a_second_controller_on_the_same_ray_cluster_is_refused(controller: Controller, tmp_path: Path) -> None:
-    from corral.core.errors import ConfigError
+
     from corral.live.transport.ray import RayCluster, RayOptions
 
     assert controller.cluster().num_gpus == 6

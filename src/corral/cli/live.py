@@ -203,6 +203,14 @@ def _gpus_words(snapshot: ClusterSnapshot) -> str:
     "or start N local nodes of G stand-in GPUs for trying multi-node on one machine.",
 )
 @click.option(
+    "--ray-expect",
+    "ray_expect",
+    multiple=True,
+    metavar="NAME:GPUS[:TYPE]",
+    help="With --ray: a node that may join later (its corral.node label, GPU count, GPU type); it counts as lost "
+    "until it is alive, then its GPUs are used. Repeat for several.",
+)
+@click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),
     help="With --ray: a directory every node shares, for checkpoints (default STATE_DIR/checkpoints).",
@@ -216,6 +224,7 @@ def serve(
     state_dir: str | None,
     grace_s: float | None,
     ray: str | None,
+    ray_expect: tuple[str, ...],
     checkpoint_dir: str | None,
 ) -> None:
     """Run the live scheduler and its HTTP API in the foreground (Ctrl-C stops it; jobs keep running)."""
@@ -231,6 +240,7 @@ def serve(
             state_dir=state_dir,
             grace_s=grace_s,
             ray=ray,
+            ray_expect=ray_expect,
             checkpoint_dir=checkpoint_dir,
         )
         if host is None and not _is_loopback(config.host):

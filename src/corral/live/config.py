@@ -88,6 +88,7 @@ _SERVER_KEYS = (
     "admin_token",
     "admin_token_env",
     "ray",
+    "ray_expect",
     "checkpoint_dir",
 )
 _TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
@@ -104,6 +105,7 @@ _FLAGS = {
     "max_body_bytes": "--max-body-bytes",
     "admin_token": "--admin-token",
     "ray": "--ray",
+    "ray_expect": "--ray-expect",
     "checkpoint_dir": "--checkpoint-dir",
 }
 
@@ -165,6 +167,9 @@ class ServeConfig:
     max_body_bytes: int = 64 * 1024
     ray: str | None = None  # None: this machine alone; "auto", a Ray address, or "local:NxG" (docs/live.md)
     checkpoint_dir: Path | None = None  # with Ray: a directory every node shares (default STATE_DIR/checkpoints)
+    # With Ray: nodes that may join later, ``NAME:GPUS`` or ``NAME:GPUS:TYPE`` (their corral.node label, GPU count
+    # and type): part of the cluster from the start, lost until a Ray node with that label and those GPUs is alive.
+    ray_expect: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The same checks as load_config, for configs built in code (tests, embedding); the file's own errors
@@ -247,6 +252,13 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         values["state_dir"] = base_dir / Path(_string(server, "state_dir", file, "server")).expanduser()
     if "ray" in server:
         values["ray"] = _string(server, "ray", file, "server")
+    if "ray_expect" in server:
+        expect = server["ray_expect"]
+        if not isinstance(expect, list) or not all(isinstance(x, str) for x in expect):
+            raise ConfigFileError(
+                "bad value", file=file, column="server.ray_expect", expected='a list of "NAME:GPUS[:TYPE]"', got=expect
+            )
+        values["ray_expect"] = tuple(expect)
     if "checkpoint_dir" in server:
         values["checkpoint_dir"] = base_dir / Path(_string(server, "checkpoint_dir", file, "server")).expanduser()
     token = _token(server, "admin_token", "admin_token_env", file, "server")
@@ -273,6 +285,9 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         elif key == "admin_token":
             _check_token(value, _CLI, flag)
             values[key] = value
+        elif key == "ray_expect":
+            if value:  # a flag given several times; none given: the file's list stands
+                values[key] = tuple(value)
         else:
             values[key] = _string({flag: value}, flag, _CLI, "")
             if key == "policy":
@@ -576,6 +591,21 @@ def _check_ray(spec: str, file: str) -> None:
     raise ConfigFileError("bad value", file=file, column="ray", expected=expected, got=spec)
 
 
+_EXPECTED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,62}):([0-9]{1,3})(?::([^:\s]{1,64}))?")
+
+
+def parse_expected_node(spec: str, file: str = _CLI) -> tuple[str, int, str | None]:
+    """``NAME:GPUS`` or ``NAME:GPUS:TYPE`` (``ray_expect``, ``--ray-expect``): a node that may join the Ray cluster
+    later, by its ``corral.node`` label, its GPU count (1..256) and GPU type (as ``corral cluster`` names it;
+    default: the one type of the nodes present)."""
+    m = _EXPECTED.fullmatch(spec) if isinstance(spec, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= 256:
+        raise ConfigFileError(
+            "bad value", file=file, column="ray_expect", expected="NAME:GPUS or NAME:GPUS:TYPE, 1..256 GPUs", got=spec
+        )
+    return m.group(1), int(m.group(2)), m.group(3)
+
+
 def _check_config(config: ServeConfig, file: str) -> None:
     if not isinstance(config.state_dir, Path):
         raise ConfigFileError("bad value", file=file, column="state_dir", expected="a Path", got=config.state_dir)
@@ -587,6 +617,12 @@ def _check_config(config: ServeConfig, file: str) -> None:
     _int({"stand_in_mem_mib": config.stand_in_mem_mib}, "stand_in_mem_mib", file, "", low=1)
     _int({"max_body_bytes": config.max_body_bytes}, "max_body_bytes", file, "", low=1024)
     _seconds({"grace_s": config.grace_s}, "grace_s", file, "")
+    for spec in config.ray_expect:
+        parse_expected_node(spec, file)
+    if config.ray_expect and config.ray is None:
+        raise ConfigFileError(
+            "ray_expect without ray", file=file, column="ray_expect", expected="ray set too", got=config.ray_expect
+        )
     if config.ray is not None:
         _check_ray(config.ray, file)
         if config.gpus is not None:

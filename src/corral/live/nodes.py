@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -126,7 +126,13 @@ class _Run:
 class Nodes:
     """The agents of several nodes behind the controller's one-agent interface. See the module docstring."""
 
-    def __init__(self, nodes: Sequence[NodeAgent], on_report: Callable[[NodeReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeAgent],
+        on_report: Callable[[NodeReport], None] | None = None,
+        *,
+        absent: Collection[str] = (),
+    ) -> None:
         if not nodes:
             raise ConfigError("a cluster needs at least one node with GPUs")
         names = [n.name for n in nodes]
@@ -137,7 +143,9 @@ class Nodes:
         self._lock = threading.RLock()
         self._runs: dict[tuple[str, int], _Run] = {}
         self._leader_of: dict[str, int] = {}  # each job's latest run's rank-0 node (where its log is)
-        self._down: set[int] = set()
+        # Nodes declared to join later, not here yet: down from the start (the controller tells the engine before
+        # its first round), and :meth:`rejoin` when they come.
+        self._down: set[int] = {i for i, n in enumerate(self._nodes) if n.name in set(absent)}
         gpus: list[GpuInfo] = []
         self._offset: list[int] = []
         self._node_of: list[int] = []
@@ -170,6 +178,11 @@ class Nodes:
 
     def node_of_gpu(self, gpu: int) -> str:
         return self._nodes[self._node_of[gpu]].name
+
+    def down_nodes(self) -> tuple[str, ...]:
+        """The nodes down now (lost, or declared and not come yet)."""
+        with self._lock:
+            return tuple(self._nodes[i].name for i in sorted(self._down))
 
     def is_down(self, node: str) -> bool:
         return self.node_names.index(node) in self._down

@@ -214,6 +214,7 @@ class Controller:
             cluster, order = cluster_for(gpus, tenants)
             agent = Agent(state_dir, gpus, deliver)
         else:
+            from corral.live.config import parse_expected_node
             from corral.live.transport.ray import RayCluster, RayOptions
 
             ray_cluster = RayCluster(
@@ -222,9 +223,11 @@ class Controller:
                     str(state_dir),
                     checkpoint_dir=str(config.checkpoint_dir) if config.checkpoint_dir is not None else None,
                     stand_in_mem_mib=config.stand_in_mem_mib,
+                    expect=tuple(parse_expected_node(spec) for spec in config.ray_expect),
                 )
             )
-            nodes = Nodes(ray_cluster.connect(), deliver)
+            found = ray_cluster.connect()
+            nodes = Nodes(found, deliver, absent=ray_cluster.absent_names)
             ray_cluster.on_node_back = nodes.rejoin
             closers.append(ray_cluster.close)
             cluster, order, machines = cluster_for_nodes(nodes.node_gpus(), tenants)
@@ -253,6 +256,12 @@ class Controller:
             return
         self.agent.start()
         self._agent_started = True
+        if isinstance(self.agent, Nodes):
+            # Nodes not here at start-up (declared to join later): lost before anything is placed or restored.
+            now = self.clock.now()
+            for machine in self.agent.down_nodes():
+                for node in self.machines.get(machine, (machine,)):
+                    self.engine.schedule(now, NodeLost(node, "not joined yet"))
         self.recover()
         self._stop.clear()
         self._thread = threading.Thread(target=self._serve, name="corral-controller", daemon=True)

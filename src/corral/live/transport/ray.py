@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,8 @@ class RayOptions:
     checkpoint_dir: str | None = None  # a directory every node shares (default: STATE_DIR/checkpoints)
     stand_in_mem_mib: int = 16384
     report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S
+    # Nodes that may join later: (corral.node label, GPU count, GPU type or None for the present nodes' one type)
+    expect: tuple[tuple[str, int, str | None], ...] = ()
 
 
 class RayNode:
@@ -247,6 +249,14 @@ class RayNode:
         self.on_report: Callable[[AgentReport], None] | None = None
         self.on_lost: Callable[[str], None] | None = None
         self.lost = False
+
+    @classmethod
+    def absent(cls, cluster: RayCluster, name: str, gpus: tuple[GpuInfo, ...]) -> RayNode:
+        """A node declared to join later (``ray_expect``), not alive yet: no actor, lost from the start. When a Ray
+        node with its label is alive, :meth:`RayCluster._watch_nodes` starts its agent and it rejoins."""
+        node = cls(cluster, name, "", None, {"address": "", "gpus": gpus})
+        node.lost = True
+        return node
 
     @property
     def name(self) -> str:
@@ -330,6 +340,8 @@ class RayCluster:
         self._holder_id = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         self._lease: Any = None
         self.on_node_back: Callable[[str, RayNode], None] | None = None
+        self._refused: set[str] = set()
+        self._absent: tuple[str, ...] = ()  # Ray node ids refused as a node's return (other GPUs): not tried again
         self._owns_ray = False
 
     # -- connecting ------------------------------------------------------------------------------------------
@@ -362,16 +374,59 @@ class RayCluster:
         nodes = []
         for info in self._gpu_nodes():
             nodes.append(self._agent_on(info))
-        if not nodes:
+        present = len(nodes)
+        try:
+            nodes += self._expected(nodes)
+        except ConfigError:
+            self.close()
+            raise
+        if not present:
             self.close()
             raise ConfigError(
                 "the Ray cluster has no alive node with GPUs (corral places its agents on nodes whose Ray "
                 "resources include GPU)"
             )
-        self._check_versions(nodes)
+        self._check_versions([n for n in nodes if n.actor is not None])
         self._thread = threading.Thread(target=self._serve, name="corral-ray", daemon=True)
         self._thread.start()
         return nodes
+
+    @property
+    def absent_names(self) -> tuple[str, ...]:
+        """The declared nodes not alive when :meth:`connect` looked (lost until they come)."""
+        return self._absent
+
+    def _expected(self, present: list[RayNode]) -> list[RayNode]:
+        """A stand-in :class:`RayNode` for each declared node that is not alive: its GPUs copied from a present
+        GPU of its type, so that the cluster model has them (lost) and the node rejoins when it comes with the
+        same GPUs."""
+        names = {n.name for n in present}
+        by_type: dict[str, GpuInfo] = {}
+        for node in present:
+            for g in node.gpus:
+                by_type.setdefault(g.type_name, g)
+        out = []
+        for name, count, type_name in self.options.expect:
+            if name in names:
+                continue  # here already
+            if type_name is None:
+                if len(by_type) != 1:
+                    raise ConfigError(
+                        f"expected node {name}: say its GPU type (NAME:GPUS:TYPE); the nodes present have "
+                        f"{sorted(by_type) or 'none'}"
+                    )
+                type_name = next(iter(by_type))
+            template = by_type.get(type_name)
+            if template is None:
+                raise ConfigError(
+                    f"expected node {name}: no node present has GPU type {type_name!r} (its memory is unknown); "
+                    f"present: {sorted(by_type)}"
+                )
+            gpus = tuple(replace(template, index=i) for i in range(count))
+            out.append(RayNode.absent(self, name, gpus))
+            names.add(name)
+        self._absent = tuple(n.name for n in out)
+        return out
 
     def _start_local(self, shape: str) -> None:
         try:
@@ -473,6 +528,9 @@ class RayCluster:
     def watch(self, node: RayNode) -> None:
         with self._lock:
             self._watched[node.name] = node
+            if node.actor is None:  # declared, not here yet: watched for its arrival
+                node.lost = True
+                return
             node.lost = False
             self._polls[node.actor.poll.remote(POLL_S)] = node
 
@@ -557,12 +615,18 @@ class RayCluster:
         for name, node in watched.items():
             info = alive.get(name)
             if node.lost and info is not None and self.on_node_back is not None:
+                if info["node_id"] in self._refused:
+                    continue
                 try:
                     back = self._agent_on(info)
                 except Exception:
                     log.exception("node %s is back but its agent could not start", name)
                     continue
-                self.on_node_back(name, back)
+                try:
+                    self.on_node_back(name, back)
+                except ConfigError as e:  # other GPUs than the cluster model has for it: said once, not used
+                    log.error("node %s is alive but not used: %s", name, e)
+                    self._refused.add(info["node_id"])
         if self._lease is not None:
             self._lease.renew.remote(self._holder_id)
 
