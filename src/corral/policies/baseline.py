@@ -20,9 +20,7 @@ workload seen so far (Weng et al., ATC'23).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import takewhile
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -33,7 +31,7 @@ from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capaci
 from corral.policies.fragmentation import FragmentationScorer
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
-from corral.policies.preemption import place_by_preempting
+from corral.policies.preemption import Victims
 from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
@@ -180,11 +178,6 @@ class SrtfConfig(SjfConfig):
     preempt: bool = option(True, "preempt running jobs with more remaining time for a waiting job")
 
 
-def _ending_after(by_end: SortedList, cut: float) -> Iterator[str]:
-    """Running jobs (from ``(nominal end, id)`` entries) that end after ``cut``, latest first: SRTF's victims."""
-    return (job_id for _end, job_id in takewhile(lambda e: bool(e[0] > cut), reversed(by_end)))
-
-
 def _remaining(job: JobView) -> float:
     return max(0.0, (job.spec.duration_s or 0.0) - job.work_done_s)
 
@@ -233,7 +226,7 @@ class SrtfPolicy(BasePolicy):
         actions = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer)
         if cfg.preempt and self._by_end and len(actions) < view.num_pending:
             launched = {a.job_id for a in actions}
-            # Placing by preemption (preemption.place_by_preempting) takes no scorer: under fgd it places without
+            # Placing by preemption (preemption.Victims.place) takes no scorer: under fgd it places without
             # workload knowledge, which is best fit (see placement.place).
             actions += self._preemptions(view, planner, launched, now_s, cfg.placement)
         return Decision(tuple(actions))
@@ -244,7 +237,8 @@ class SrtfPolicy(BasePolicy):
         """For each waiting job, shortest first: free GPUs by preempting the running jobs with the most remaining
         time (only those with strictly more than the waiting job), until it fits."""
         actions: list[Action] = []
-        taken: set[str] = set()
+        # Running jobs latest nominal end first: a waiting job may preempt those ending after it would.
+        victims = Victims(view, ((end, job_id) for end, job_id in reversed(self._by_end)))
         longest = self._by_end[-1][0] - now_s
         walk = PendingWalk(view)
         for shape, job in walk:
@@ -257,14 +251,13 @@ class SrtfPolicy(BasePolicy):
             if not planner.quota_allows(spec):
                 walk.block(shape, quota=True)
                 continue
-            candidates = _ending_after(self._by_end, now_s + remaining)
-            found = place_by_preempting(view, planner, spec, strategy, candidates, taken)
+            found = victims.place(planner, spec, strategy, now_s + remaining)
             if found is None:
                 # Later jobs of this shape have at least as much remaining time, so fewer victims: skip them.
                 walk.block(shape)
                 continue
-            placement, victims = found
-            for victim in victims:
+            placement, preempted = found
+            for victim in preempted:
                 actions.append(Preempt(victim.spec.job_id, f"srtf: {spec.job_id} has less remaining time"))
             actions.append(Launch(spec.job_id, placement))
         return actions

@@ -64,12 +64,17 @@ def place(
     if strategy is PlacementStrategy.CONSOLIDATED or strategy is PlacementStrategy.FRAGMENTATION:
         gpus = _consolidated(planner, n, fits)
     elif strategy is PlacementStrategy.STRICT:
-        gpus = _consolidated(planner, n, fits)
-        topo = planner.topo
-        t = topo.gpu_type[gpus[0]]
-        fewest = -(-n // planner.view.max_node_gpus(t))
-        if len({topo.gpu_node[g] for g in gpus}) > fewest:
-            return None
+        node = _one_node(planner, n, fits)
+        if node is not None:
+            gpus = _pick_on_node(planner, node, n)
+        elif n <= planner.view.max_node_gpus(fits[0]):
+            return None  # it fits one node of the type it would span, so several nodes are too many
+        else:
+            gpus = _several_nodes(planner, n, fits[0])
+            topo = planner.topo
+            fewest = -(-n // planner.view.max_node_gpus(fits[0]))
+            if len({topo.gpu_node[g] for g in gpus}) > fewest:
+                return None
     elif strategy is PlacementStrategy.SPREAD:
         gpus = _spread(planner, n, fits[0])
     else:
@@ -79,17 +84,35 @@ def place(
 
 # -- whole GPUs -----------------------------------------------------------------------------------------------
 def _consolidated(planner: Planner, n: int, fits: list[int]) -> list[int]:
-    view = planner.view
-    # One node, best fit: the smallest free count >= n, over all acceptable types.
-    top = max(view.max_node_gpus(t) for t in fits)
-    for k in range(n, top + 1):
-        for t in fits:
-            if k <= view.max_node_gpus(t):
-                for node in planner.nodes_with_free(t, k):
-                    return _pick_on_node(planner, node, n)
-    # Several nodes of one type: whole nodes, fullest first, then best fit for the remainder.
-    t = fits[0]
-    top = view.max_node_gpus(t)
+    node = _one_node(planner, n, fits)
+    if node is not None:
+        return _pick_on_node(planner, node, n)
+    return _several_nodes(planner, n, fits[0])
+
+
+def _one_node(planner: Planner, n: int, fits: list[int]) -> int | None:
+    """Best fit on one node: the first with the smallest free count >= n, over all acceptable types."""
+    max_node_gpus = planner.view.max_node_gpus
+    if len(fits) == 1:  # most jobs, in a cluster of one type or with the other types full
+        t = fits[0]
+        for k in range(n, max_node_gpus(t) + 1):
+            node = planner.first_with_free(t, k)
+            if node is not None:
+                return node
+        return None
+    sizes = [max_node_gpus(t) for t in fits]
+    for k in range(n, max(sizes) + 1):
+        for t, size in zip(fits, sizes, strict=True):
+            if k <= size:
+                node = planner.first_with_free(t, k)
+                if node is not None:
+                    return node
+    return None
+
+
+def _several_nodes(planner: Planner, n: int, t: int) -> list[int]:
+    """Several nodes of type ``t``: whole nodes, fullest first, then best fit for the remainder."""
+    top = planner.view.max_node_gpus(t)
     gpus: list[int] = []
     used: set[int] = set()
     need = n
@@ -109,17 +132,17 @@ def _consolidated(planner: Planner, n: int, fits: list[int]) -> list[int]:
 
 def _best_fit_node(planner: Planner, t: int, need: int, top: int, used: set[int]) -> int | None:
     for k in range(need, top + 1):
-        for node in planner.nodes_with_free(t, k):
-            if node not in used:
-                return node
+        node = planner.first_with_free(t, k, used)
+        if node is not None:
+            return node
     return None
 
 
 def _fullest_node(planner: Planner, t: int, top: int, used: set[int]) -> int | None:
     for k in range(top, 0, -1):
-        for node in planner.nodes_with_free(t, k):
-            if node not in used:
-                return node
+        node = planner.first_with_free(t, k, used)
+        if node is not None:
+            return node
     return None
 
 

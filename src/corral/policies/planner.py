@@ -17,8 +17,8 @@ that plans one.
 from __future__ import annotations
 
 import heapq
-from bisect import insort
-from collections.abc import Iterator
+from bisect import bisect_left, insort
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
@@ -38,6 +38,7 @@ class Planner:
         "_partial",
         "_tenant",
         "_type_free",
+        "_view_partial",
         "topo",
         "view",
     )
@@ -52,11 +53,13 @@ class Planner:
         self._tenant: dict[str, int] = {}
         # Indexes over the changed entries (only ever added to in a round: a changed node or GPU stays changed).
         self._by_count: dict[tuple[int, int], list[int]] = {}  # (type, free count) -> changed nodes, ascending
-        self._any_changed: dict[int, list[int]] = {}  # type -> changed nodes with a free GPU, ascending
+        # type -> changed nodes with a free GPU, ascending; built when first asked for (first-fit placements only)
+        self._any_changed: dict[int, list[int]] | None = None
         self._partial: dict[int, list[tuple[int, int]]] = {}  # type -> changed partly taken (free, GPU), ascending
         self._num_partial = 0  # changed GPUs partly taken
         # (type, free count) -> [the view's nodes of that bucket, how many of its first ones the plan changed]
         self._base_nodes: dict[tuple[int, int], list[Any]] = {}
+        self._view_partial: bool | None = None  # does the view have a partly taken GPU? (asked once a round)
 
     # -- reads ------------------------------------------------------------------------------------------------
     def type_free(self, t: int) -> int:
@@ -70,7 +73,9 @@ class Planner:
         """Is any GPU partly taken (so a fractional request might fit where no GPU is entirely free)?"""
         if self._num_partial:
             return True
-        return any(self.view.partial_gpus(t) for t in range(len(self.topo.type_names)))
+        if self._view_partial is None:
+            self._view_partial = any(self.view.partial_gpus(t) for t in range(len(self.topo.type_names)))
+        return self._view_partial
 
     def node_free(self, node: int) -> int:
         got = self._node_free.get(node)
@@ -118,13 +123,51 @@ class Planner:
         if extra:
             yield from list(extra)
 
+    def first_with_free(self, t: int, count: int, skip: Collection[int] = ()) -> int | None:
+        """The first node :meth:`nodes_with_free` yields that is not in ``skip`` (``None`` when none is): what a
+        placement asks for most, so it is answered without a generator."""
+        if type(self).nodes_with_free is not Planner.nodes_with_free:  # a subclass lists nodes its own way
+            return next((node for node in self.nodes_with_free(t, count) if node not in skip), None)
+        changed = self._node_free
+        key = (t, count)
+        if not changed:
+            for node in self.view.nodes_with_free(t, count):
+                if node not in skip:
+                    return node
+            return None
+        cached = self._base_nodes.get(key)
+        if cached is None:
+            cached = self._base_nodes[key] = [list(self.view.nodes_with_free(t, count)), 0]
+        base: list[int] = cached[0]
+        i: int = cached[1]
+        end = len(base)
+        while i < end and base[i] in changed:  # as in nodes_with_free: skipped for the rest of the round
+            i += 1
+        cached[1] = i
+        while i < end:
+            node = base[i]
+            if node not in changed and node not in skip:
+                return node
+            i += 1
+        for node in self._by_count.get(key, ()):
+            if node not in skip:
+                return node
+        return None
+
     def nodes_with_any_free(self, t: int) -> Iterator[int]:
         """Nodes of type ``t`` with at least one entirely free GPU, by node index."""
         changed = self._node_free
         base = (n for n in self.view.nodes_with_any_free(t) if n not in changed)
         if not changed:
             return base
-        return heapq.merge(base, list(self._any_changed.get(t, ())))
+        any_changed = self._any_changed
+        if any_changed is None:
+            any_changed = self._any_changed = {}
+            node_type = self.topo.node_type
+            for node in sorted(changed):
+                if changed[node] > 0:
+                    any_changed.setdefault(node_type[node], []).append(node)
+        return heapq.merge(base, list(any_changed.get(t, ())))
 
     def partial_gpus(self, t: int, at_least: int = 1, descending: bool = False) -> Iterator[tuple[int, int]]:
         """``(free_milli, gpu)`` for partly taken GPUs of type ``t`` with at least ``at_least`` free."""
@@ -157,20 +200,29 @@ class Planner:
     def take(self, spec: JobSpec, gpus: list[int], *, mem_mib: int | None = None) -> Placement:
         """Record that ``spec`` takes ``gpus`` at its share (reserving ``mem_mib`` on each, default: the spec's
         figure); returns the placement to launch it with."""
-        milli = spec.gpu_milli
+        self._take(spec, gpus, mem_mib)
+        return Placement(tuple(sorted(gpus)), spec.gpu_milli, mem_mib)
+
+    def take_back(self, job: JobView) -> None:
+        """Undo a :meth:`release` of running ``job`` (a victim that is not needed after all): record what a
+        :meth:`take` of its GPUs for its spec would (exactly what the release freed, unless it runs packed or
+        opportunistically or has memory of its own), without building a placement: a round that preempts
+        thousands of jobs puts thousands back."""
+        placement = job.placement
+        assert placement is not None
+        self._take(job.spec, placement.gpus, None)
+
+    def _take(self, spec: JobSpec, gpus: Iterable[int], mem_mib: int | None) -> None:
         mem = mem_mib if mem_mib is not None else spec.gpu_mem_mib or 0
-        for g in gpus:
-            self._set(g, self.gpu_free_milli(g) - milli, self.gpu_free_mem_mib(g) - mem)
+        self._shift(gpus, -spec.gpu_milli, -mem)
         if spec.job_class is JobClass.GUARANTEED:
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) + spec.gpu_demand_milli
-        return Placement(tuple(sorted(gpus)), milli, mem_mib)
 
     def untake(self, spec: JobSpec, placement: Placement) -> None:
         """Undo a :meth:`take` of ``placement`` (its share, memory and quota use)."""
         mem = mem_given(spec, placement)
         milli = placement.gpu_milli
-        for g in placement.gpus:
-            self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+        self._shift(placement.gpus, milli, mem)
         if spec.job_class is JobClass.GUARANTEED:
             self._tenant[spec.tenant] = self.tenant_guaranteed_milli(spec.tenant) - placement.num_gpus * milli
 
@@ -199,8 +251,7 @@ class Planner:
             for g in placement.gpus:
                 self._gpu_mem[g] = self.gpu_free_mem_mib(g) + mem
             return
-        for g in placement.gpus:
-            self._set(g, self.gpu_free_milli(g) + placement.gpu_milli, self.gpu_free_mem_mib(g) + mem)
+        self._shift(placement.gpus, placement.gpu_milli, mem)
         if job.job_class is JobClass.GUARANTEED:
             # What it holds, which is less than it asked for when it runs packed (see ClusterState.launch).
             held = spec.num_gpus * placement.gpu_milli
@@ -230,8 +281,17 @@ class Planner:
                 t = topo.gpu_type[g]
                 count = self._node_free[node] = self.view.node_free(node)
                 insort(self._by_count.setdefault((t, count), []), node)
-                if count > 0:
+                if count > 0 and self._any_changed is not None:
                     insort(self._any_changed.setdefault(t, []), node)
+
+    def passed_over(self, job: JobView) -> bool:
+        """Would :meth:`pass_over` of running ``job`` change nothing, now or later in the round? So when its GPUs and
+        their nodes are all marked (a changed entry stays changed for the rest of the round)."""
+        placement = job.placement
+        assert placement is not None
+        gpu_node = self.topo.gpu_node
+        marked_milli, marked_mem, marked_node = self._gpu_milli, self._gpu_mem, self._node_free
+        return all(g in marked_milli and g in marked_mem and gpu_node[g] in marked_node for g in placement.gpus)
 
     def _set(self, gpu: int, milli: int, mem: int) -> None:
         topo = self.topo
@@ -239,7 +299,7 @@ class Planner:
         was = self._gpu_milli.get(gpu)
         old = self.view.gpu_free_milli(gpu) if was is None else was
         if was is not None and 0 < was < FULL_GPU_MILLI:
-            self._partial[t].remove((was, gpu))
+            _remove_sorted(self._partial[t], (was, gpu))
             self._num_partial -= 1
         if 0 < milli < FULL_GPU_MILLI:
             insort(self._partial.setdefault(t, []), (milli, gpu))
@@ -247,17 +307,34 @@ class Planner:
         self._gpu_milli[gpu] = milli
         self._gpu_mem[gpu] = mem
         if (old == FULL_GPU_MILLI) != (milli == FULL_GPU_MILLI):
-            delta = 1 if milli == FULL_GPU_MILLI else -1
-            node = topo.gpu_node[gpu]
-            before = self._node_free.get(node)
-            if before is None:
-                before = self.view.node_free(node)
-            else:
-                self._by_count[(t, before)].remove(node)
-                if before > 0:
-                    self._any_changed[t].remove(node)
-            after = self._node_free[node] = before + delta
-            insort(self._by_count.setdefault((t, after), []), node)
-            if after > 0:
-                insort(self._any_changed.setdefault(t, []), node)
-            self._type_free[t] = self.type_free(t) + delta
+            self._move(topo.gpu_node[gpu], t, 1 if milli == FULL_GPU_MILLI else -1)
+
+    def _shift(self, gpus: Iterable[int], milli: int, mem: int) -> None:
+        """Give each of ``gpus`` ``milli`` more free share and ``mem`` more free memory (negative: less)."""
+        for g in gpus:
+            self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+
+    def _move(self, node: int, t: int, delta: int) -> None:
+        """``node`` (of type ``t``) has ``delta`` more entirely free GPUs: re-file it in the free-count indexes."""
+        node_free, any_changed = self._node_free, self._any_changed
+        before = node_free.get(node)
+        if before is None:
+            before = self.view.node_free(node)
+        else:
+            _remove_sorted(self._by_count[(t, before)], node)
+            if before > 0 and any_changed is not None:
+                _remove_sorted(any_changed[t], node)
+        after = node_free[node] = before + delta
+        insort(self._by_count.setdefault((t, after), []), node)
+        if after > 0 and any_changed is not None:
+            insort(any_changed.setdefault(t, []), node)
+        self._type_free[t] = self.type_free(t) + delta
+
+
+def _remove_sorted(items: list[Any], item: Any) -> None:
+    """Remove ``item`` from the ascending list ``items`` by bisection: ``list.remove`` compares its way along the
+    list, and a round that plans thousands of preemptions moves nodes in and out of buckets of hundreds."""
+    i = bisect_left(items, item)
+    if i == len(items) or items[i] != item:
+        raise ValueError(f"{item!r} is not in the list")
+    del items[i]

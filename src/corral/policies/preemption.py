@@ -1,13 +1,22 @@
 """Placing a waiting job by preempting running ones: the planning step SRTF and Tiresias share.
 
-A policy names the running jobs it would preempt, most expendable first; :func:`place_by_preempting` frees them
-one by one in the planner until the job fits, then keeps running every candidate whose GPUs the placement does
-not use. Nothing is preempted unless the job fits: a failed attempt leaves the planner as it found it.
+A policy names the running jobs it would preempt, most expendable first, as a :class:`Victims` for the round;
+:meth:`Victims.place` frees them one by one in the planner until the job fits, then keeps running every
+candidate whose GPUs the placement does not use. Nothing is preempted unless the job fits: a failed attempt
+leaves the planner as it found it. :func:`place_by_preempting` does the same for one job and a list of ids.
+
+A round can place thousands of jobs this way (Tiresias, when a burst of new jobs in the top queue meets a
+cluster held by demoted ones), each walking the candidates from the most expendable. :class:`Victims` keeps
+that walk short: a victim taken by one job leaves the sequence instead of being stepped over by every later
+walk, what each walk asks of a candidate (its job, GPU types, whether a put-back restores it exactly) is worked
+out once per round, and a candidate passed over once (on GPU types the job cannot use) is not passed over again
+when that would change nothing more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from corral.core.job import JobSpec, JobView, mem_given
 from corral.core.placement import Placement
@@ -15,6 +24,136 @@ from corral.policies.base import allowed_types
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
 from corral.policies.view import ClusterView
+
+
+class _Victim:
+    """One candidate, and what the walks ask of it, worked out once for the round (the view does not change)."""
+
+    __slots__ = ("job", "pass_types", "rank", "settled")
+
+    def __init__(self, view: ClusterView, rank: Any, job_id: str) -> None:
+        self.rank = rank
+        job = self.job = view.job(job_id)
+        held = job.placement
+        # The GPU types it holds when a put-back restores exactly what releasing it frees (else None): a job that
+        # may use none of those types passes it over instead of releasing it (see Victims.place).
+        self.pass_types: frozenset[int] | None = None
+        if held is not None and _restored_as_taken(job.spec, held):
+            gpu_type = view.topology.gpu_type
+            self.pass_types = frozenset(gpu_type[g] for g in held.gpus)
+        self.settled = False  # passed over already, so that passing it over again changes nothing
+
+
+class Victims:
+    """The running jobs a round may preempt, most expendable first: ``source`` yields ``(rank, job_id)`` with
+    ranks never increasing, and each :meth:`place` walks those ranked above its bound.
+
+    The source is read only as far as the walks go; a job taken as a victim leaves the sequence."""
+
+    __slots__ = ("_order", "_source", "_types", "_view")
+
+    def __init__(self, view: ClusterView, source: Iterator[tuple[Any, str]]) -> None:
+        self._view = view
+        self._source: Iterator[tuple[Any, str]] | None = source
+        self._order: list[_Victim] = []  # read from the source so far, not taken, in order
+        # (GPU types asked for, memory) -> the type indices a job may use, and as a set (a round asks thousands)
+        self._types: dict[tuple[tuple[str, ...], int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
+
+    def _more(self) -> bool:
+        """Read one more candidate from the source (False when it has none left)."""
+        if self._source is None:
+            return False
+        got = next(self._source, None)
+        if got is None:
+            self._source = None
+            return False
+        self._order.append(_Victim(self._view, got[0], got[1]))
+        return True
+
+    def first_rank(self) -> Any | None:
+        """The rank of the most expendable candidate not taken yet (None when none is left)."""
+        if not self._order and not self._more():
+            return None
+        return self._order[0].rank
+
+    def place(
+        self, planner: Planner, spec: JobSpec, strategy: PlacementStrategy, above: Any
+    ) -> tuple[Placement, list[JobView]] | None:
+        """Free the candidates ranked above ``above``, in order, until ``spec`` fits.
+
+        Returns the placement and the jobs that must be preempted for it (they leave the candidates), or ``None``
+        when even every candidate together is not enough."""
+        view = self._view
+        kind = (spec.gpu_types, spec.gpu_mem_mib)
+        got = self._types.get(kind)
+        if got is None:
+            types = allowed_types(view, spec)
+            got = self._types[kind] = (types, frozenset(types))
+        types, allowed = got
+        whole, need = spec.gpu_milli == 1000, spec.num_gpus
+        # A victim on GPU types the job may not use frees nothing it could take (placements look at its types
+        # only) and is always put back: it is passed over, and only marked as a release and a take back would mark
+        # it (Planner.pass_over). As a release would, the first candidate lets the job try to fit even when it is
+        # passed over; after that, passing over changes nothing a try looks at, so it would only repeat the last.
+        every_type = len(types) == len(view.topology.type_names)
+        passed: list[JobView] = []
+        passed_victims: list[_Victim] = []
+        released: list[tuple[int, _Victim]] = []  # (position in the order, victim)
+        placement = None
+        tried = False
+        order = self._order
+        i = 0
+        while True:
+            if i == len(order) and not self._more():
+                break
+            victim = order[i]
+            if not victim.rank > above:
+                break
+            pass_types = victim.pass_types
+            if not every_type and pass_types is not None and pass_types.isdisjoint(allowed):
+                if not victim.settled:
+                    passed.append(victim.job)
+                    passed_victims.append(victim)
+                i += 1
+                if tried:
+                    continue
+            else:
+                planner.release(victim.job)
+                released.append((i, victim))
+                i += 1
+            tried = True
+            # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
+            if whole:
+                for t in types:
+                    if planner.type_free(t) >= need:
+                        break
+                else:
+                    continue
+            placement = place(planner, spec, strategy, types)
+            if placement is not None:
+                break
+        if passed:
+            planner.pass_over(passed)
+            for victim in passed_victims:
+                victim.settled = planner.passed_over(victim.job)
+        if placement is None:
+            for _, victim in released:  # put back what was tentatively freed
+                planner.take_back(victim.job)
+            return None
+        used = set(placement.gpus)
+        needed: list[JobView] = []
+        gone: list[int] = []
+        for at, victim in released:
+            held = victim.job.placement
+            assert held is not None
+            if used.isdisjoint(held.gpus):
+                planner.take_back(victim.job)  # freed for nothing: it keeps running
+                continue
+            gone.append(at)
+            needed.append(victim.job)
+        for at in reversed(gone):  # from the end, so that the earlier positions stay put
+            del order[at]
+        return placement, needed
 
 
 def place_by_preempting(
@@ -25,65 +164,16 @@ def place_by_preempting(
     candidates: Iterable[str],
     taken: set[str],
 ) -> tuple[Placement, list[JobView]] | None:
-    """Free ``candidates`` (running job ids, in order; those in ``taken`` are skipped) until ``spec`` fits.
+    """Free ``candidates`` (running job ids, in order; those in ``taken`` are skipped) until ``spec`` fits: one
+    :meth:`Victims.place` (a round that places many jobs keeps one :class:`Victims` instead).
 
     Returns the placement and the jobs that must be preempted for it (their ids are added to ``taken``), or
     ``None`` when even every candidate together is not enough."""
-    types = allowed_types(view, spec)
-    whole = spec.gpu_milli == 1000
-    # A victim on GPU types the job may not use frees nothing it could take (placements look at its types only)
-    # and is always put back: it is passed over, and only marked as a release and a take back would mark it. As
-    # a release would, it still lets the job try to fit, but only if nothing was tried since the job's types last
-    # changed (the same state gives the same answer).
-    gpu_type = view.topology.gpu_type
-    every_type = len(types) == len(view.topology.type_names)
-    passed: list[JobView] = []
-    victims: list[JobView] = []
-    placement = None
-    fresh = True  # nothing tried since the job's GPU types last changed
-    for victim_id in candidates:
-        if victim_id in taken:
-            continue
-        victim = view.job(victim_id)
-        held = victim.placement
-        if (
-            not every_type
-            and held is not None
-            and gpu_type[held.gpus[0]] not in types
-            and all(gpu_type[g] not in types for g in held.gpus)
-            and _restored_as_taken(victim.spec, held)
-        ):
-            passed.append(victim)
-            if not fresh:
-                continue
-        else:
-            planner.release(victim)
-            victims.append(victim)
-            fresh = True
-        # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
-        if whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
-            continue
-        placement = place(planner, spec, strategy, types)
-        if placement is not None:
-            break
-        fresh = False
-    if passed:
-        planner.pass_over(passed)
-    if placement is None:
-        for victim in victims:  # put back what was tentatively freed
-            assert victim.placement is not None
-            planner.take(victim.spec, list(victim.placement.gpus))
-        return None
-    used = set(placement.gpus)
-    needed: list[JobView] = []
-    for victim in victims:
-        assert victim.placement is not None
-        if used.isdisjoint(victim.placement.gpus):
-            planner.take(victim.spec, list(victim.placement.gpus))  # freed for nothing: it keeps running
-            continue
-        taken.add(victim.spec.job_id)
-        needed.append(victim)
-    return placement, needed
+    victims = Victims(view, ((1, job_id) for job_id in candidates if job_id not in taken))
+    found = victims.place(planner, spec, strategy, 0)
+    if found is not None:
+        taken.update(job.spec.job_id for job in found[1])
+    return found
 
 
 def _restored_as_taken(spec: JobSpec, placement: Placement) -> bool:

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import bisect
 import csv
+import heapq
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -57,7 +58,7 @@ from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
-from corral.policies.preemption import place_by_preempting
+from corral.policies.preemption import Victims
 from corral.policies.queue import PendingWalk
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
@@ -212,9 +213,12 @@ class TiresiasPolicy(BasePolicy):
         self._running: SortedList = SortedList()
         self._run_entry: dict[str, tuple[Any, ...]] = {}
         self._queue_gpus = [0] * (self._last_queue + 1)  # GPUs held by running jobs, per queue
-        # Demotions of running jobs and promotions of waiting ones: (time, kind, job).
-        self._events: SortedList = SortedList()
+        # Demotions of running jobs and promotions of waiting ones: (time, kind, job), a heap. A job's entry is the
+        # one in _event_of; one replaced or cancelled stays in the heap, stale, until it comes to the top (taking it
+        # out of the middle would cost a search, and a burst round replaces thousands).
+        self._events: list[tuple[float, int, str]] = []
         self._event_of: dict[str, tuple[float, int, str]] = {}
+        self._sensitive_of: dict[str | None, bool] = {}  # by model name
 
     # -- priorities -------------------------------------------------------------------------------------------
     def _queue_attained(self, job: JobView) -> float:
@@ -243,7 +247,10 @@ class TiresiasPolicy(BasePolicy):
             return True
         if mode is Sensitivity.NONE:
             return False
-        return traits(spec.model).placement_sensitive
+        got = self._sensitive_of.get(spec.model)
+        if got is None:
+            got = self._sensitive_of[spec.model] = traits(spec.model).placement_sensitive
+        return got
 
     # -- bookkeeping --------------------------------------------------------------------------------------------
     def _demotion_at(self, job: JobView, q: int, now_s: float) -> float | None:
@@ -260,13 +267,26 @@ class TiresiasPolicy(BasePolicy):
         return now_s + knob * ran_s
 
     def _set_event(self, job_id: str, when: float | None, kind: int) -> None:
-        old = self._event_of.pop(job_id, None)
-        if old is not None:
-            self._events.remove(old)
-        if when is not None:
-            entry = (when, kind, job_id)
-            self._event_of[job_id] = entry
-            self._events.add(entry)
+        if when is None:
+            self._event_of.pop(job_id, None)
+            return
+        entry = (when, kind, job_id)
+        self._event_of[job_id] = entry
+        events = self._events
+        heapq.heappush(events, entry)
+        if len(events) > 2 * len(self._event_of) + 64:  # mostly stale: keep the heap in proportion to the jobs
+            events[:] = self._event_of.values()
+            heapq.heapify(events)
+
+    def _next_event(self) -> tuple[float, int, str] | None:
+        """The earliest event still due (stale entries on top of the heap are dropped on the way)."""
+        events, current = self._events, self._event_of
+        while events:
+            entry = events[0]
+            if current.get(entry[2]) is entry:
+                return entry
+            heapq.heappop(events)
+        return None
 
     def _set_running(self, job: JobView, q: int, entered: float) -> None:
         self._drop_running(job)
@@ -327,9 +347,8 @@ class TiresiasPolicy(BasePolicy):
 
     def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
         promoted: list[str] = []
-        events = self._events
-        while events and events[0][0] <= now_s:
-            entry = events.pop(0)
+        while (entry := self._next_event()) is not None and entry[0] <= now_s:
+            heapq.heappop(self._events)
             _when, kind, job_id = entry
             del self._event_of[job_id]
             job = view.job(job_id)
@@ -352,7 +371,8 @@ class TiresiasPolicy(BasePolicy):
 
     # -- the round ----------------------------------------------------------------------------------------------
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
-        wake = self._events[0][0] if self._events else None
+        first = self._next_event()
+        wake = first[0] if first is not None else None
         if not view.num_pending:
             return Decision((), wake_at_s=wake)
         planner = Planner(view)
@@ -361,15 +381,18 @@ class TiresiasPolicy(BasePolicy):
         if self.cfg.preempt and self._running and len(launches) < view.num_pending:
             actions += self._preemptions(view, planner, {a.job_id for a in launches}, now_s)
         # The engine applies the actions after this returns, so ask now for the timers they will need.
+        starving = self.cfg.starvation_knob > 0  # else a preempted job is never promoted: no timer for it
         for action in actions:
-            job = view.job(action.job_id)
             job_id = action.job_id
             if isinstance(action, Launch):
-                when = self._demotion_at(job, self._queue[job_id], now_s)
-            else:
+                when = self._demotion_at(view.job(job_id), self._queue[job_id], now_s)
+            elif starving:
+                job = view.job(job_id)
                 assert job.last_start_s is not None
                 ran = job.executed_s + now_s - job.last_start_s - self._offset.get(job_id, 0.0)
                 when = self._promotion_at(self._queue_for(job.spec.num_gpus * ran), ran, now_s)
+            else:
+                continue
             if when is not None and when > now_s and (wake is None or when < wake):
                 wake = when
         return Decision(tuple(actions), wake_at_s=wake)
@@ -413,25 +436,24 @@ class TiresiasPolicy(BasePolicy):
         """For each waiting job in priority order, free GPUs by preempting running jobs of strictly lower queues,
         lowest priority first, until it fits."""
         actions: list[Action] = []
-        taken: set[str] = set()
+        # Running jobs lowest priority first, ranked by queue: a job of queue q may preempt those ranked above q.
+        victims = Victims(view, ((entry[0], entry[-1]) for entry in reversed(self._running)))
         walk = PendingWalk(view)
         strict_blocked: dict[tuple[tuple[str, ...], int | None], int] = {}
-        running = self._running
-        end = len(running)  # the running jobs from here on are all taken: no walk from the end revisits them
         for shape, job in walk:
             job_id = job.spec.job_id
             if job_id in launched:
                 continue
             q = self._queue[job_id]
-            while end and running[end - 1][-1] in taken:
-                end -= 1
-            if not end or running[end - 1][0] <= q:
+            lowest = victims.first_rank()
+            if lowest is None or lowest <= q:
                 break  # the queue is in priority order: nobody later outranks a running job either
             spec = job.spec
             if not planner.quota_allows(spec):
                 walk.block(shape, quota=True)
                 continue
-            strict = self._strategy(spec) is PlacementStrategy.STRICT and shape.whole
+            strategy = self._strategy(spec)
+            strict = strategy is PlacementStrategy.STRICT and shape.whole
             kind = (shape.gpu_types, shape.gpu_mem_mib)
             if strict and shape.size >= strict_blocked.get(kind, math.inf):
                 continue
@@ -440,7 +462,7 @@ class TiresiasPolicy(BasePolicy):
                 # the same queue or lower, so they can free no more.
                 walk.block(shape)
                 continue
-            placement = self._free_for(view, planner, spec, q, taken, actions, end)
+            placement = self._free_for(planner, spec, strategy, q, victims, actions)
             if placement is None:
                 # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
                 # only block sensitive ones, as insensitive ones may still fit where they did not).
@@ -452,32 +474,24 @@ class TiresiasPolicy(BasePolicy):
             actions.append(Launch(job_id, placement))
         return actions
 
-    def _below(self, q: int, end: int) -> Iterator[str]:
-        """Running jobs of queues below ``q`` among the first ``end`` in priority order, lowest priority first."""
-        for entry in self._running.islice(0, end, reverse=True):
-            if entry[0] <= q:
-                return
-            yield entry[-1]
-
     def _gpus_below(self, q: int) -> int:
         """GPUs held by running jobs of queues below ``q`` (what preempting all of them would free)."""
         return sum(self._queue_gpus[q + 1 :])
 
     def _free_for(
         self,
-        view: ClusterView,
         planner: Planner,
         spec: JobSpec,
+        strategy: PlacementStrategy,
         q: int,
-        taken: set[str],
+        victims: Victims,
         actions: list[Action],
-        end: int,
     ) -> Placement | None:
-        # Candidates: running jobs of strictly lower queues, lowest priority first (those past ``end`` are taken).
-        found = place_by_preempting(view, planner, spec, self._strategy(spec), self._below(q, end), taken)
+        # Candidates: running jobs of strictly lower queues, lowest priority first.
+        found = victims.place(planner, spec, strategy, q)
         if found is None:
             return None
-        placement, victims = found
-        for victim in victims:
+        placement, preempted = found
+        for victim in preempted:
             actions.append(Preempt(victim.spec.job_id, f"tiresias: {spec.job_id} is in a higher queue"))
         return placement
