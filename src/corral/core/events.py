@@ -44,11 +44,15 @@ class DemandChanged:
 @dataclass(frozen=True, slots=True)
 class JobFailed:
     """A running job's run ended in error (live mode: its process exited non-zero or died of a signal nobody
-    sent). ``run_epoch`` ties it to one launch, like :class:`JobFinished`."""
+    sent). ``run_epoch`` ties it to one launch, like :class:`JobFinished`.
+
+    ``after_stop`` (live mode): the run's process failed on its own while the job was suspended (it ended before
+    the pause reached it); the job is then PENDING with this run epoch, and fails from there."""
 
     job_id: str
     run_epoch: int
     reason: str
+    after_stop: bool = False
     priority: ClassVar[int] = 0
 
 

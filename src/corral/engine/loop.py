@@ -241,6 +241,15 @@ class Engine:
             return True
         if type(event) is JobFailed or type(event) is JobInterrupted:
             job = self.state.job(event.job_id)
+            if (
+                type(event) is JobFailed
+                and event.after_stop
+                and job.phase is JobPhase.PENDING
+                and job.run_epoch == event.run_epoch
+            ):
+                self.state.fail_preempted(event.job_id, now, event.reason)
+                self._changed(job, now)
+                return True
             if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
                 return False  # stale: the run was already preempted, cancelled or replaced
             if type(event) is JobFailed:

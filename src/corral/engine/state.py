@@ -466,6 +466,21 @@ class ClusterState:
         job.suspended_from = None
         return self._finished(job, now_s)
 
+    def fail_preempted(self, job_id: str, now_s: float, reason: str) -> JobStatus:
+        """Live mode: a suspended (PENDING) job failed after all: its process ended in error on its own before the
+        pause reached it. It leaves the queue, FAILED for good."""
+        job = self._expect(job_id, JobPhase.PENDING, "fail a preempted")
+        if job.preemptions == 0:
+            raise InvariantViolation(f"cannot fail job {job_id!r} after a stop: it is pending and never ran")
+        self._tenant_tick(job.spec.tenant, now_s)
+        self._dequeue(job)
+        job.queued_s += now_s - job.queued_since_s
+        job.suspended_from = None
+        job.phase = JobPhase.FAILED
+        job.end_s = now_s
+        job.reason = reason
+        return job
+
     def finish(self, job_id: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.RUNNING, "finish")
         self._tenant_tick(job.spec.tenant, now_s)
