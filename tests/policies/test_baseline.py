@@ -120,6 +120,21 @@ def test_srtf_preempts_the_longest_it_needs_and_only_that() -> None:
     assert all(j.work_done_s == j.spec.duration_s for j in result.jobs)
 
 
+def test_srtf_preempts_the_tenants_own_longer_job_for_quota() -> None:
+    # One node of 4 GPUs; tenant t's quota is 2. a (t, 2 GPUs, 300 s) runs; b (u, 1 GPU, 300 s) runs; c (t, 2 GPUs,
+    # 20 s) arrives at 10. One GPU is free and c needs two, and t is at its quota: preempting a frees both the
+    # GPUs and the quota, so c runs at once; b (another tenant, and its GPU not needed) keeps running.
+    jobs = [
+        job("a", gpus=2, duration=300, tenant="t"),
+        job("b", duration=300, tenant="u"),
+        job("c", gpus=2, duration=20, submit=10, tenant="t"),
+    ]
+    c = cluster(nodes=1, gpus=4, tenants={"t": 2, "u": 2})
+    lines = log(run(jobs, c, make_policy("srtf"), perf=PerfModel(restore_s=0.0)))
+    assert lines[2:4] == ["10.000 preempt a", "10.000 launch c gpus=0 1 milli=1000"]
+    assert not any(line.startswith("10.000 preempt b") for line in lines)
+
+
 def test_srtf_picks_the_victim_with_the_most_remaining_time() -> None:
     # 3 GPUs, no restore cost. By remaining time d (50) -> GPU 0, a (100) -> GPU 1, b (200) -> GPU 2.
     # At t=5 c (10 s) arrives: remaining a 95, b 195, d 45, all > 10; b has the most: preempt b only.

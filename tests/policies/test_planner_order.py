@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import cluster, job, state
-from corral.core.job import FULL_GPU_MILLI, JobSpec, JobView
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
 from corral.core.placement import Placement
 from corral.engine.state import ClusterState
 from corral.policies.base import allowed_types
@@ -99,7 +99,10 @@ def reference_place_by_preempting(
     candidates: Iterable[str],
     taken: set[str],
 ) -> tuple[Placement, list[JobView]] | None:
-    """``place_by_preempting`` as first written: every candidate is released, and put back if unused."""
+    """``place_by_preempting`` as first written: every candidate is released, and put back if unused; with the
+    quota rule added since: the job fits only within its tenant's quota (freeing the tenant's own jobs frees
+    quota), and an unused victim of the tenant stays preempted if putting every such victim back would exceed the
+    quota (then the least expendable are put back while they fit)."""
     types = allowed_types(view, spec)
     whole = spec.gpu_milli == 1000
     victims: list[JobView] = []
@@ -110,6 +113,8 @@ def reference_place_by_preempting(
         victim = view.job(victim_id)
         planner.release(victim)
         victims.append(victim)
+        if not planner.quota_allows(spec):
+            continue
         if whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
             continue
         placement = place(planner, spec, strategy, types)
@@ -121,10 +126,22 @@ def reference_place_by_preempting(
             planner.take(victim.spec, list(victim.placement.gpus))
         return None
     used = set(placement.gpus)
+    unused = [v for v in victims if v.placement is not None and used.isdisjoint(v.placement.gpus)]
+    keep = {v.spec.job_id for v in unused}
+    quota = view.tenants[spec.tenant].quota_gpus if spec.tenant in view.tenants else None
+    if quota is not None and spec.job_class is JobClass.GUARANTEED:
+        own = [v for v in unused if v.spec.tenant == spec.tenant and v.job_class is JobClass.GUARANTEED]
+        room = quota * 1000 - planner.tenant_guaranteed_milli(spec.tenant)
+        if sum(v.spec.gpu_demand_milli for v in own) > room:
+            keep -= {v.spec.job_id for v in own}
+            for v in reversed(own):
+                if v.spec.gpu_demand_milli <= room:
+                    room -= v.spec.gpu_demand_milli
+                    keep.add(v.spec.job_id)
     needed: list[JobView] = []
     for victim in victims:
         assert victim.placement is not None
-        if used.isdisjoint(victim.placement.gpus):
+        if victim.spec.job_id in keep:
             planner.take(victim.spec, list(victim.placement.gpus))
             continue
         taken.add(victim.spec.job_id)

@@ -60,6 +60,33 @@ def test_no_preemption_inside_a_queue_or_without_the_option() -> None:
     assert spans(run(jobs, cluster(nodes=1, gpus=1), no_preempt, perf=FREE)) == {"a": (0, 300), "b": (300, 350)}
 
 
+def test_a_job_at_its_tenants_quota_preempts_the_tenants_own_lower_queue_job() -> None:
+    # Three nodes of two GPUs; tenant t's quota is 6. a (4 GPUs) attains 20 GPU-s by t=5 and moves down; b (4
+    # GPUs, t's too) arrives at 7 in the top queue. Two GPUs are free, and a's four with them would fit b, but b
+    # alone is over t's quota while a runs: preempting a frees the quota as well as the GPUs, so b preempts it,
+    # as it does without a quota. (It waited until a ended at 100 before.)
+    jobs = [job("a", gpus=4, duration=100, tenant="t"), job("b", gpus=4, duration=10, submit=7, tenant="t")]
+    for quota in (6, None):
+        c = cluster(nodes=3, gpus=2, tenants={"t": quota})
+        result = run(jobs, c, tiresias(thresholds_gpu_s=20, starvation_knob=0), perf=FREE)
+        assert log(result)[1:3] == ["7.000 preempt a", "7.000 launch b gpus=0 1 4 5 milli=1000"], quota
+        assert spans(result) == {"a": (0, 110), "b": (7, 17)}
+
+
+def test_quota_preemption_takes_only_the_tenants_own_jobs_for_quota() -> None:
+    # As above, with an 8-GPU cluster: u's job c (queue 1 too, 2 GPUs) runs beside a. b fits in the free GPUs
+    # once a is preempted for t's quota; c, of another tenant, is not touched.
+    jobs = [
+        job("a", gpus=4, duration=100, tenant="t"),
+        job("c", gpus=2, duration=100, tenant="u"),
+        job("b", gpus=4, duration=10, submit=7, tenant="t"),
+    ]
+    c = cluster(nodes=4, gpus=2, tenants={"t": 6, "u": 2})
+    lines = log(run(jobs, c, tiresias(thresholds_gpu_s=8, starvation_knob=0), perf=FREE))
+    assert "7.000 preempt a" in lines
+    assert not any(line.startswith("7.000 preempt c") for line in lines)
+
+
 def test_the_lowest_queue_is_preempted_first() -> None:
     # Two GPUs, thresholds 100 and 1000. a (from 0) reaches queue 2 at t=1000; b (from 900) is in queue 1 at
     # t=1100 (attained 200 >= 100 since t=1000). c arrives at 1100 in queue 0 and needs one GPU: it must take

@@ -248,13 +248,14 @@ class SrtfPolicy(BasePolicy):
             if remaining >= longest:
                 break  # queue order is by remaining time: no later job can preempt anyone either
             spec = job.spec
-            if not planner.quota_allows(spec):
-                walk.block(shape, quota=True)
-                continue
+            # Held back by its tenant's quota, it may still preempt the tenant's own longer jobs (Victims.place
+            # frees quota as well as GPUs).
+            over_quota = not planner.quota_allows(spec)
             found = victims.place(planner, spec, strategy, now_s + remaining)
             if found is None:
-                # Later jobs of this shape have at least as much remaining time, so fewer victims: skip them.
-                walk.block(shape)
+                # Later jobs of this shape (of this tenant, when its quota held it back) have at least as much
+                # remaining time, so fewer victims: skip them.
+                walk.block(shape, quota=over_quota)
                 continue
             placement, preempted = found
             for victim in preempted:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from corral.core.job import JobSpec, JobView, mem_given
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
 from corral.policies.base import allowed_types
 from corral.policies.placement import PlacementStrategy, place
@@ -96,6 +96,13 @@ class Victims:
         # it (Planner.pass_over). As a release would, the first candidate lets the job try to fit even when it is
         # passed over; after that, passing over changes nothing a try looks at, so it would only repeat the last.
         every_type = len(types) == len(view.topology.type_names)
+        # Under a quota, the tenant's own guaranteed jobs free quota wherever they run: never passed over.
+        quota = view.tenants.get(spec.tenant)
+        quota_tenant = (
+            spec.tenant
+            if spec.job_class is JobClass.GUARANTEED and quota is not None and quota.quota_gpus is not None
+            else None
+        )
         passed: list[JobView] = []
         passed_victims: list[_Victim] = []
         released: list[tuple[int, _Victim]] = []  # (position in the order, victim)
@@ -110,7 +117,16 @@ class Victims:
             if not victim.rank > above:
                 break
             pass_types = victim.pass_types
-            if not every_type and pass_types is not None and pass_types.isdisjoint(allowed):
+            if (
+                not every_type
+                and pass_types is not None
+                and pass_types.isdisjoint(allowed)
+                and not (
+                    quota_tenant is not None
+                    and victim.job.spec.tenant == quota_tenant
+                    and victim.job.job_class is JobClass.GUARANTEED
+                )
+            ):
                 if not victim.settled:
                     passed.append(victim.job)
                     passed_victims.append(victim)
@@ -122,6 +138,10 @@ class Victims:
                 released.append((i, victim))
                 i += 1
             tried = True
+            # Within its tenant's quota too: freeing the tenant's own jobs frees quota (Tiresias and SRTF preempt
+            # a lower-priority job of the same tenant for a job its quota holds back, as without quotas).
+            if not planner.quota_allows(spec):
+                continue
             # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
             if whole:
                 for t in types:
@@ -141,13 +161,16 @@ class Victims:
                 planner.take_back(victim.job)
             return None
         used = set(placement.gpus)
+        spare = [(at, victim) for at, victim in released if used.isdisjoint(_held(victim).gpus)]
+        # Victims whose GPUs the job does not use are put back (freed for nothing: they keep running), in order;
+        # but where the job needed the quota they held, the least expendable of them are put back while the
+        # quota allows and the others are preempted for the quota.
+        keep = {id(victim) for victim in _keepable(planner, spec, [victim for _, victim in spare])}
         needed: list[JobView] = []
         gone: list[int] = []
         for at, victim in released:
-            held = victim.job.placement
-            assert held is not None
-            if used.isdisjoint(held.gpus):
-                planner.take_back(victim.job)  # freed for nothing: it keeps running
+            if id(victim) in keep:
+                planner.take_back(victim.job)
                 continue
             gone.append(at)
             needed.append(victim.job)
@@ -174,6 +197,32 @@ def place_by_preempting(
     if found is not None:
         taken.update(job.spec.job_id for job in found[1])
     return found
+
+
+def _held(victim: _Victim) -> Placement:
+    held = victim.job.placement
+    assert held is not None
+    return held
+
+
+def _keepable(planner: Planner, spec: JobSpec, spare: list[_Victim]) -> list[_Victim]:
+    """Of the victims whose GPUs ``spec``'s placement does not use (in order, most expendable first), those that
+    can go on running: all of them, unless putting back those of ``spec``'s tenant (guaranteed jobs, under a
+    quota) would take the tenant over its quota again; then of those, the least expendable that fit."""
+    tenant = planner.view.tenants.get(spec.tenant)
+    if spec.job_class is not JobClass.GUARANTEED or tenant is None or tenant.quota_gpus is None:
+        return spare
+    own = [v for v in spare if v.job.spec.tenant == spec.tenant and v.job.job_class is JobClass.GUARANTEED]
+    room = tenant.quota_gpus * FULL_GPU_MILLI - planner.tenant_guaranteed_milli(spec.tenant)
+    if sum(v.job.spec.gpu_demand_milli for v in own) <= room:
+        return spare
+    owned = {id(v) for v in own}
+    kept: set[int] = set()
+    for v in reversed(own):
+        if v.job.spec.gpu_demand_milli <= room:
+            room -= v.job.spec.gpu_demand_milli
+            kept.add(id(v))
+    return [v for v in spare if id(v) in kept or id(v) not in owned]
 
 
 def _restored_as_taken(spec: JobSpec, placement: Placement) -> bool:

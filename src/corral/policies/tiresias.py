@@ -449,9 +449,9 @@ class TiresiasPolicy(BasePolicy):
             if lowest is None or lowest <= q:
                 break  # the queue is in priority order: nobody later outranks a running job either
             spec = job.spec
-            if not planner.quota_allows(spec):
-                walk.block(shape, quota=True)
-                continue
+            # A job its tenant's quota holds back may still preempt the tenant's own lower-queue jobs: that frees
+            # the quota as well as the GPUs (Victims.place checks both).
+            over_quota = not planner.quota_allows(spec)
             strategy = self._strategy(spec)
             strict = strategy is PlacementStrategy.STRICT and shape.whole
             kind = (shape.gpu_types, shape.gpu_mem_mib)
@@ -464,6 +464,9 @@ class TiresiasPolicy(BasePolicy):
                 continue
             placement = self._free_for(planner, spec, strategy, q, victims, actions)
             if placement is None:
+                if over_quota:  # the tenant's later jobs of this size or more cannot get in either
+                    walk.block(shape, quota=True)
+                    continue
                 # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
                 # only block sensitive ones, as insensitive ones may still fit where they did not).
                 if strict:
