@@ -457,28 +457,26 @@ class ClusterState:
     def finish_preempted(self, job_id: str, now_s: float) -> JobStatus:
         """Live mode: a preempted (PENDING) job completed after all: its process finished after the preemption
         had taken its GPUs back, before it reached the step boundary where it would have stopped."""
-        job = self._expect(job_id, JobPhase.PENDING, "finish a preempted")
-        if job.preemptions == 0:
-            raise InvariantViolation(f"cannot finish job {job_id!r}: it is pending and never ran")
-        self._tenant_tick(job.spec.tenant, now_s)
-        self._dequeue(job)
-        job.queued_s += now_s - job.queued_since_s
-        job.suspended_from = None
-        return self._finished(job, now_s)
+        return self._finished(self._ended_after_stop(job_id, now_s, "finish"), now_s)
 
     def fail_preempted(self, job_id: str, now_s: float, reason: str) -> JobStatus:
         """Live mode: a suspended (PENDING) job failed after all: its process ended in error on its own before the
         pause reached it. It leaves the queue, FAILED for good."""
-        job = self._expect(job_id, JobPhase.PENDING, "fail a preempted")
+        job = self._ended_after_stop(job_id, now_s, "fail")
+        job.phase = JobPhase.FAILED
+        job.end_s = now_s
+        job.reason = reason
+        return job
+
+    def _ended_after_stop(self, job_id: str, now_s: float, verb: str) -> JobStatus:
+        """A preempted or suspended (PENDING) job whose run ended after all: out of the queue, its wait counted."""
+        job = self._expect(job_id, JobPhase.PENDING, f"{verb} a preempted")
         if job.preemptions == 0:
-            raise InvariantViolation(f"cannot fail job {job_id!r} after a stop: it is pending and never ran")
+            raise InvariantViolation(f"cannot {verb} job {job_id!r} after a stop: it is pending and never ran")
         self._tenant_tick(job.spec.tenant, now_s)
         self._dequeue(job)
         job.queued_s += now_s - job.queued_since_s
         job.suspended_from = None
-        job.phase = JobPhase.FAILED
-        job.end_s = now_s
-        job.reason = reason
         return job
 
     def finish(self, job_id: str, now_s: float) -> JobStatus:
