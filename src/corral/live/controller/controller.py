@@ -735,9 +735,14 @@ class Controller:
         elif job.phase is JobPhase.PENDING and report.exit_code == contract.EXIT_FINISHED and job.preemptions:
             # It completed before it reached the step boundary where it would have stopped.
             self.engine.schedule(now, JobFinished(job_id, job.run_epoch, after_stop=True))
-        elif job.phase is JobPhase.PENDING and was is ProcessPhase.PAUSED and job.preemptions and _failed(report):
-            # Suspended, not asked to stop: it failed on its own, before the pause reached it (a suspend decided
-            # in the same turn as its exit was heard, e.g. by the restart's round). As when running: it failed.
+        elif (
+            job.phase is JobPhase.PENDING
+            and was in (ProcessPhase.PAUSED, ProcessPhase.STOPPING)
+            and job.preemptions
+            and _failed(report)
+        ):
+            # Suspended or preempted, but it ended in error before the agent asked it to stop (a decision made in
+            # the turn its exit was heard, e.g. by the restart's round): it failed on its own, as when running.
             self.engine.schedule(now, JobFailed(job_id, job.run_epoch, how, after_stop=True))
         elif job.phase is JobPhase.PENDING and was is ProcessPhase.PAUSED:
             job.suspended_from = None  # its paused process is gone: the next launch restarts from a checkpoint
@@ -999,11 +1004,13 @@ def _describe(request: JobRequest) -> str:
 
 
 def _failed(report: ProcessExited) -> bool:
-    """Did the run end in error on its own: an exit code other than finished (0) and preempted (75), or a signal
-    nobody asked for?"""
+    """Did the run end in error on its own, before the agent asked it to stop (after, an error may be how it
+    stopped): an exit code other than finished (0) and preempted (75), or a signal?"""
+    if report.requested is not None:
+        return False
     if report.exit_code is not None:
         return report.exit_code not in (contract.EXIT_FINISHED, contract.EXIT_PREEMPTED)
-    return report.signal is not None and report.requested is None
+    return report.signal is not None
 
 
 def _exit_words(report: ProcessExited) -> str:
