@@ -13,7 +13,8 @@ the queue is drained, the server stopped normally, and every job judged:
 - **twice**: a job whose work completed more than once (its last line twice), a run number started twice, two
   runs of one job alive at the same time (each run takes an ``flock`` on a file of the job's; a second run that
   finds it taken says so), or one submission that became two jobs;
-- **stuck**: not in a terminal phase when the drain's time was up;
+- **stuck**: not in a terminal phase when the drain ended: ``drain_s`` with no job ending (a backlog still being
+  worked through keeps the drain going, up to ``DRAIN_CAP`` times ``drain_s`` in all);
 - **orphans**: a process of any run's process group still alive after the final stop (the agent records the
   shim's pid, the group id, under ``STATE_DIR/runs/<job>/<run>/``), other than a stuck job's current run;
 - **wrong**: any other unexpected outcome: a job that should finish that failed or was rejected, a failing job
@@ -79,6 +80,8 @@ Digest = str | Callable[[], str]
 
 # Each policy's time constants cut to seconds: with their defaults (a 60 s quantum, a 10-minute lease, an hour of
 # GPU service before demotion) nothing but FIFO-like behaviour would happen to jobs of a second or two.
+DRAIN_CAP = 20  # the longest drain, in drain_s: a queue that drains slower than that counts as stuck
+
 SHORT_SPECS: dict[str, str] = {
     "antman": "antman:control_interval_s=1",
     "gandiva": "gandiva:quantum_s=1,introspect_s=2",
@@ -213,7 +216,7 @@ class Options:
     inflight_p: float = 0.3  # per kill, the chance it hits while a submission is in flight
     grace_s: float = 2.0  # the server's grace period: a preempted job that ignores SIGTERM is killed after it
     poll_s: float = 0.3
-    drain_s: float = 120.0  # after the last kill and submission: time for every job to end before it is "stuck"
+    drain_s: float = 120.0  # after the last kill and submission: time with no job ending before the rest is "stuck"
     start_s: float = 60.0  # the most a restart may take before it counts as failed (and is tried again)
 
 
@@ -708,6 +711,8 @@ class Chaos:
         self.t0 = time.monotonic()
         self.pending = sorted(self.plan, key=lambda p: p.submit_at_s)
         deadline: float | None = None
+        cap = math.inf
+        least = 0
         while True:
             mono = time.monotonic()
             kill_at = self.next_kill if self.kills_left > 0 and self.next_kill is not None else math.inf
@@ -734,8 +739,12 @@ class Chaos:
             if not self.kills_left and not self.pending and all(p.job_id is not None for p in self.plan):
                 if self.open_jobs == 0 and self.last_poll > self.last_submit:
                     return
+                # The drain lasts while jobs keep ending: a backlog still being worked through is not stuck; drain_s
+                # with none ending is (or DRAIN_CAP drains in all).
                 if deadline is None:
-                    deadline = mono + o.drain_s
+                    deadline, cap, least = mono + o.drain_s, mono + DRAIN_CAP * o.drain_s, self.open_jobs
+                elif self.open_jobs < least:
+                    deadline, least = min(mono + o.drain_s, cap), self.open_jobs
                 elif mono > deadline:
                     return
             time.sleep(0.02)
