@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.core.job import JobPhase
+from corral.live.agent import ProcessExited, StopRequest
 from corral.live.api import http_status
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
@@ -284,16 +285,21 @@ def test_an_earlier_run_that_ends_while_no_controller_runs_is_heard_after_the_re
 
 
 @pytest.mark.parametrize(
-    ("policy", "phase"),
-    [("gandiva:quantum_s=1", ProcessPhase.PAUSED), ("tiresias:thresholds_gpu_s=1", ProcessPhase.STOPPING)],
+    ("policy", "phase", "asked"),
+    [
+        ("gandiva:quantum_s=1", ProcessPhase.PAUSED, None),
+        ("tiresias:thresholds_gpu_s=1", ProcessPhase.STOPPING, None),
+        ("tiresias:thresholds_gpu_s=1", ProcessPhase.STOPPING, "preempt"),  # exit 3 once asked: still failed
+    ],
 )
-def test_a_stopped_run_that_failed_on_its_own_fails_the_job(tmp_path: Path, policy: str, phase: ProcessPhase) -> None:
+def test_a_stopped_run_that_failed_on_its_own_fails_the_job(
+    tmp_path: Path, policy: str, phase: ProcessPhase, asked: StopRequest | None
+) -> None:
     """A job is suspended (Gandiva) or preempted (Tiresias) in the turn where its run's exit with an error is
-    heard, before the agent asked it to stop (the chaos runs met both, after restarts: the restart's round decided
+    heard (before the agent asked it to stop, or after: an exit code other than 0 and 75 is a failure either way,
+    as the contract says) (the chaos runs met both, after restarts: the restart's round decided
     while the adopting agent's report of an exit that happened with no controller waited in the inbox). The job
     failed: it must end FAILED, not be run again."""
-    from corral.live.agent import ProcessExited
-
     c = Controller.from_config(_config(tmp_path, gpus=1, policy=policy, tenants=(TenantConfig("alice"),), grace_s=30))
     c.start()
     pid = None
@@ -307,7 +313,7 @@ def test_a_stopped_run_that_failed_on_its_own_fails_the_job(tmp_path: Path, poli
         assert wait_until(lambda: c.job(a.job_id).process.phase is phase, 10)
         assert c.job(a.job_id).phase is JobPhase.PENDING
         pid = c.job(a.job_id).process.pid
-        c.deliver(ProcessExited(a.job_id, 1, 3, None, None, "exited with code 3"))  # as had it ended just then
+        c.deliver(ProcessExited(a.job_id, 1, 3, None, asked, "exited with code 3"))  # as had it ended just then
         failed = wait_phase(c, a.job_id, JobPhase.FAILED, JobPhase.RUNNING, JobPhase.FINISHED)
         assert failed.phase is JobPhase.FAILED and "code 3" in (failed.status.reason or ""), c.events(a.job_id)
         assert failed.process.run == 1

@@ -741,8 +741,8 @@ class Controller:
             and job.preemptions
             and _failed(report)
         ):
-            # Suspended or preempted, but it ended in error before the agent asked it to stop (a decision made in
-            # the turn its exit was heard, e.g. by the restart's round): it failed on its own, as when running.
+            # Suspended or preempted, but its run failed (an error code, even once asked to stop: the contract's
+            # rule; or a signal the agent did not send), e.g. it ended in the turn that preempted it: it failed.
             self.engine.schedule(now, JobFailed(job_id, job.run_epoch, how, after_stop=True))
         elif job.phase is JobPhase.PENDING and was is ProcessPhase.PAUSED:
             job.suspended_from = None  # its paused process is gone: the next launch restarts from a checkpoint
@@ -1004,13 +1004,12 @@ def _describe(request: JobRequest) -> str:
 
 
 def _failed(report: ProcessExited) -> bool:
-    """Did the run end in error on its own, before the agent asked it to stop (after, an error may be how it
-    stopped): an exit code other than finished (0) and preempted (75), or a signal?"""
-    if report.requested is not None:
-        return False
+    """Did the run fail, as the contract says (:mod:`corral.core.contract`, "Exit codes"): an exit code other than
+    finished (0) and preempted (75), whether or not it was asked to stop, or death by a signal the agent did not
+    send (one after the agent asked it to stop is the agent's own SIGTERM or SIGKILL)."""
     if report.exit_code is not None:
         return report.exit_code not in (contract.EXIT_FINISHED, contract.EXIT_PREEMPTED)
-    return report.signal is not None
+    return report.signal is not None and report.requested is None
 
 
 def _exit_words(report: ProcessExited) -> str:
