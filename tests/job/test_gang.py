@@ -40,11 +40,13 @@ STEP_S = 0.005  # a thread rank's step
 LATE_S = 0.15  # how much later the second copy of a directive is sent: many steps of either kind of rank
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_ports() -> tuple[int, int]:
+    """Two distinct free ports (a rendezvous and a gang store). Both sockets are held while the OS picks, so the
+    two cannot be the same port (two calls one after the other sometimes got the same one)."""
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        return a.getsockname()[1], b.getsockname()[1]
 
 
 def gang_vars(node_rank: int, nnodes: int, master_port: int, gang_port: int) -> dict[str, str]:
@@ -152,7 +154,7 @@ class ThreadGang:
         checkpoint_dir: Path | None = None,
         job_args: Callable[[int], dict[str, object]] = lambda rank: {},
     ) -> None:
-        gang_port, master_port = free_port(), free_port()
+        gang_port, master_port = free_ports()
         self.peers = [AgentPeer(str(tmp / f"agent{r}.sock")) for r in range(2)]
         extra = {contract.ENV_CHECKPOINT_DIR: str(checkpoint_dir)} if checkpoint_dir is not None else {}
         self.jobs: list[Job] = []
@@ -354,7 +356,7 @@ def test_one_ranks_request_checkpoints_the_gang_and_it_goes_on(
 def test_torchrun_workers_learn_the_directives_from_the_worker_that_talks_to_the_agent(short_tmp: Path) -> None:
     """One node, two workers started by torchrun (LOCAL_RANK 0 and 1): only worker 0 connects to the agent."""
     peer = AgentPeer(str(short_tmp / "agent.sock"))
-    env = agent_env(peer, job_id="tr") | gang_vars(0, 1, free_port(), free_port())
+    env = agent_env(peer, job_id="tr") | gang_vars(0, 1, *free_ports())
     env |= {"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}  # as torchrun --nproc_per_node 2 sets them
     jobs = [Job(env=env | {"LOCAL_RANK": str(r), "RANK": str(r)}, handle_sigterm=False) for r in range(2)]
     stop = threading.Event()
@@ -412,7 +414,7 @@ def test_ranks_that_start_at_different_steps_stop(short_tmp: Path, tmp_path: Pat
         alone.request_checkpoint(exit=False)
         with alone.step():
             pass
-    ports = (free_port(), free_port())
+    ports = free_ports()
     dirs = [tmp_path / "empty", tmp_path / "one"]
     jobs = [Job(env=gang_vars(r, 2, *ports), checkpoint_dir=dirs[r], handle_sigterm=False) for r in range(2)]
     assert [j.global_step for j in jobs] == [0, 5]
@@ -484,7 +486,7 @@ def test_ddp_ranks_pause_resume_and_checkpoint_at_one_step_then_resume_swapped_b
 ) -> None:
     # An uninterrupted run of the same gang (no agents) gives the reference weights.
     reference = tmp_path / "reference.pt"
-    ports = (free_port(), free_port())
+    ports = free_ports()
     with killed_at_end([start_rank(r, ports, "--save-weights", str(reference)) for r in range(2)]) as procs:
         results = finish_all(procs)
     assert [code for code, _ in results] == [0, 0], results
@@ -495,7 +497,7 @@ def test_ddp_ranks_pause_resume_and_checkpoint_at_one_step_then_resume_swapped_b
     peers = [AgentPeer(str(short_tmp / f"node{n}.sock")) for n in range(2)]  # node n's agent
     try:
         # Run 1: rank r on node r. Each directive reaches one rank LATE_S (some 15 steps) after the other.
-        ports = (free_port(), free_port())
+        ports = free_ports()
         envs = [agent_env(peers[n], job_id="ddp", run=1, **{contract.ENV_CHECKPOINT_DIR: ckpt}) for n in range(2)]
         with killed_at_end([start_rank(n, ports, "--step-sleep", "0.01", env=envs[n]) for n in range(2)]) as procs:
             for peer in peers:
@@ -529,7 +531,7 @@ def test_ddp_ranks_pause_resume_and_checkpoint_at_one_step_then_resume_swapped_b
 
         # Run 2: fresh processes, the ranks swapped between the nodes (node 0 now runs rank 1); both resume from
         # rank 0's checkpoint, each with its own generator states, and finish.
-        ports = (free_port(), free_port())
+        ports = free_ports()
         for env in envs:
             env[contract.ENV_RUN] = "2"
         with killed_at_end(
