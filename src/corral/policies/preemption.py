@@ -140,7 +140,7 @@ class Victims:
             tried = True
             # Within its tenant's quota too: freeing the tenant's own jobs frees quota (Tiresias and SRTF preempt
             # a lower-priority job of the same tenant for a job its quota holds back, as without quotas).
-            if not planner.quota_allows(spec):
+            if quota_tenant is not None and not planner.quota_allows(spec):
                 continue
             # A whole-GPU job fits as soon as enough GPUs of one type are free: only then try to place it.
             if whole:
