@@ -196,6 +196,26 @@ def test_cancel_a_pending_job(api: TestClient) -> None:
     wait_ended(api, blocker["job_id"])
 
 
+def test_a_pending_job_says_why_it_waits(api: TestClient) -> None:
+    # bob's quota is 1 GPU: his second job waits for it, and the API says so (Slurm's reason column).
+    blocker = submit(api, B, command=[PY, "-c", "import time; time.sleep(30)"])
+    wait_for(api, blocker["job_id"], {"running"})
+    waiting = submit(api, B, command=[PY, "-c", "print(1)"])
+    deadline = time.monotonic() + 30
+    while (job := api.get(f"/v1/jobs/{waiting['job_id']}", headers=B).json())["wait_reason"] is None:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    assert job["phase"] == "pending"
+    assert job["wait_reason"] == "tenant bob at quota 1/1 GPUs"
+    listed = api.get("/v1/jobs", params={"phase": "pending"}, headers=B).json()["jobs"]
+    assert [j["wait_reason"] for j in listed] == ["tenant bob at quota 1/1 GPUs"]
+    # Running, it has no reason to wait.
+    assert api.get(f"/v1/jobs/{blocker['job_id']}", headers=B).json()["wait_reason"] is None
+    for job_id in (waiting["job_id"], blocker["job_id"]):
+        api.post(f"/v1/jobs/{job_id}/cancel", headers=ROOT)
+    wait_ended(api, blocker["job_id"])
+
+
 # -- tenants ----------------------------------------------------------------------------------------------------
 def test_tenant_isolation(api: TestClient) -> None:
     mine = submit(api, A, command=[PY, "-c", "import time; time.sleep(30)"])

@@ -485,7 +485,8 @@ def _duration(seconds: float) -> str:
 def _placement(job: JobJson) -> str:
     p = job["placement"]
     if p is None:
-        return "-"
+        why = job.get("wait_reason")
+        return safe(why) if job["phase"] == "pending" and why else "-"
     gpus = ",".join(map(str, p["gpus"]))
     share = "" if p["gpu_milli"] == 1000 else f" @{p['gpu_milli']}m"
     return f"GPU {gpus}{share}{' (opp)' if p['opportunistic'] else ''}"
@@ -598,6 +599,7 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
         proc = record["process"]
         rows = [
             ("phase", _phase(record["phase"]) + (f": {safe(record['reason'])}" if record["reason"] else "")),
+            *([("waiting", safe(record["wait_reason"]))] if record.get("wait_reason") else []),
             ("tenant", safe(record["tenant"])),
             ("class", _job_class(record)),
             ("GPUs", _gpus(record) + (f", {record['gpu_mem_mib']} MiB each" if record["gpu_mem_mib"] else "")),

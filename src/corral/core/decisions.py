@@ -24,7 +24,8 @@ Composite moves are sequences of these:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from corral.core.placement import Placement
@@ -98,10 +99,15 @@ Action = Launch | Preempt | Reject | Resize | Upgrade | SetBatchSize
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """An ordered batch of actions from one scheduling round. Preemptions come before the launches they enable."""
+    """An ordered batch of actions from one scheduling round. Preemptions come before the launches they enable.
+
+    ``waiting`` says, for jobs the round examined and left waiting, why (from the check that refused each: "tenant
+    vision at quota 16/16 GPUs", "waiting for 8 GPUs on one node (largest free: 6)"), as Slurm's reason column
+    does. Only for the jobs it examined: a round never scans the whole queue to explain it."""
 
     actions: tuple[Action, ...] = ()
     wake_at_s: float | None = None  # ask the engine to call the policy again at this time (time slices, leases)
+    waiting: Mapping[str, str] = field(default_factory=dict)
 
     NOTHING: ClassVar[Decision]
 

@@ -177,6 +177,7 @@ class JobStatus:
     preemptions: int = 0
     run_epoch: int = 0  # bumped on every launch so stale completion events can be told apart
     reason: str | None = None
+    wait_reason: str | None = None  # why the last round that examined it left it waiting
     suspended_from: Placement | None = None
     movable: bool = True
     observed_rate: float | None = None

@@ -37,7 +37,7 @@ else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, SetBatchSize, Upgrade
@@ -128,6 +128,8 @@ class Engine:
         self.on_submitted: Callable[[int], None] | None = None  # progress hook: number of jobs submitted
         # Observer of every change to a job (the live controller marks it for its durable store).
         self.on_change: Callable[[JobStatus, float], None] | None = None
+        # Called after each round with the reasons the policy gave for the jobs it left waiting (live: the API).
+        self.on_waiting: Callable[[Mapping[str, str]], None] | None = None
         self.submitted = 0
         self._batch_executor = executor if isinstance(executor, BatchSizeExecutor) else None
         self._loss_executor = executor if isinstance(executor, NodeLossExecutor) else None
@@ -340,6 +342,11 @@ class Engine:
         decision = self.policy.schedule(self.state, now)
         for action in decision.actions:
             self._apply(action, now)
+        waiting = decision.waiting
+        if waiting:
+            self.state.note_waiting(waiting)
+            if self.on_waiting is not None:
+                self.on_waiting(waiting)
         self._wake(decision, now)
 
     def _wake(self, decision: Decision, now: float) -> None:

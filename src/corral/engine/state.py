@@ -447,6 +447,15 @@ class ClusterState:
         self._enqueue(job)
         return job
 
+    def note_waiting(self, reasons: Mapping[str, str]) -> None:
+        """Keep, for each job a round examined and left waiting, the reason it gave (jobs no longer waiting, or
+        not known, are skipped: the reason is advice, never an order)."""
+        jobs = self._jobs
+        for job_id, reason in reasons.items():
+            job = jobs.get(job_id)
+            if job is not None and job.phase is JobPhase.PENDING:
+                job.wait_reason = reason
+
     def requeue(self, job_id: str) -> JobStatus:
         """File a pending job again under its current queue key (the policy changed it, e.g. a promotion)."""
         job = self._expect(job_id, JobPhase.PENDING, "requeue")

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 from urllib.parse import quote
 
 import httpx
@@ -76,6 +76,7 @@ class JobJson(TypedDict):
     priority: int
     phase: str
     reason: str | None
+    wait_reason: NotRequired[str | None]
     placement: PlacementJson | None
     submit_s: float
     first_start_s: float | None

@@ -139,6 +139,7 @@ class JobRecord:
     status: JobStatus
     process: ProcessState
     telemetry: Telemetry | None = None  # the latest report (not durable: reports are frequent and re-sent)
+    wait_reason: str | None = None  # why it waits, from the last round that examined it (not durable either)
 
     @property
     def job_id(self) -> str:

@@ -2,7 +2,9 @@
 and, when decisions were recorded, ``decisions.log``.
 
 ``jobs.csv`` ends with each job's finish-time fairness ``rho`` (empty where undefined), its class at the end
-(``guaranteed``, ``opportunistic``, or ``upgraded``) and its ``slowdown`` from sharing; ``tenants.csv`` with
+(``guaranteed``, ``opportunistic``, or ``upgraded``), its ``slowdown`` from sharing and ``last_wait_reason``, the
+reason the last round that examined it while it waited gave for leaving it waiting (empty if none did: it never
+waited, or was never examined); ``tenants.csv`` with
 ``mean_rho`` and ``max_rho`` and, for tenants with a quota, ``quota_gpus``, ``quota_use`` and
 ``shortfall_gpu_h``; ``utilization.csv`` gives, per time bin, the allocated fraction of the GPUs, the fraction of
 GPU time kept busy (SM) and the fraction of GPU memory in use (see :mod:`corral.sim.metrics`). New columns are
@@ -38,6 +40,7 @@ JOB_COLUMNS = (
     "rho",
     "job_class",
     "slowdown",
+    "last_wait_reason",
 )
 
 
@@ -92,6 +95,7 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
                     "" if math.isnan(rho) else f"{rho:.4f}",
                     "upgraded" if j.upgraded else s.job_class.value,
                     _ratio(job_slowdown(times.get(s.job_id))),
+                    j.wait_reason or "",
                 )
             )
     written.append(path)

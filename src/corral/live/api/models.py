@@ -151,7 +151,12 @@ class JobOut(_Model):
     gpu_mem_mib: int | None = Field(description="GPU memory needed per GPU, MiB, if given.")
     priority: int = Field(description="Priority given at submission.")
     phase: PhaseName = Field(description="pending, running, finished, failed, cancelled or rejected.")
-    reason: str | None = Field(description="Why it ended (failed, rejected, cancelled) or waits, when known.")
+    reason: str | None = Field(description="Why it ended (failed, rejected, cancelled), when known.")
+    wait_reason: str | None = Field(
+        default=None,
+        description="Why it still waits (pending jobs), from the last scheduling round that examined it, e.g. "
+        "'tenant vision at quota 16/16 GPUs' or 'waiting for 8 GPUs on one node (largest free: 6)'.",
+    )
     placement: PlacementOut | None = Field(description="Where it runs now (running jobs only).")
     submit_s: float = Field(description="When it was submitted (Unix seconds).")
     first_start_s: float | None = Field(description="When it first started (Unix seconds).")
@@ -311,6 +316,7 @@ def job_out(record: JobRecord, order: Sequence[int] | None = None) -> JobOut:
         priority=req.priority,
         phase=st.phase.value,
         reason=st.reason,
+        wait_reason=record.wait_reason,
         placement=_placement_out(st.placement, order),
         submit_s=st.spec.submit_s,
         first_start_s=st.first_start_s,

@@ -172,6 +172,7 @@ class Controller:
         )
         self.engine = Engine(self.state, policy, self.executor, self.clock, record_decisions=record_decisions)
         self.engine.on_change = self._changed
+        self.engine.on_waiting = self._note_waiting
         self._tenants = {t.name: t for t in cluster.tenants}
         self._inbox: queue.Queue[_Item] = queue.Queue()
         self._turn_changes = _Pending()
@@ -180,6 +181,7 @@ class Controller:
         self._seq: dict[str, int] = {}
         self._phase: dict[str, JobPhase] = {}
         self._telemetry: dict[str, Telemetry] = {}
+        self._waiting: dict[str, str] = {}  # why each pending job waits, as the last round that examined it said
         self._measured: dict[str, JobMeasured] = {}  # the agent's latest NVML figures per job (loop thread only)
         self._telemetry_lock = threading.Lock()
         self._submit_lock = threading.Lock()
@@ -602,9 +604,19 @@ class Controller:
             self._phase[job_id] = job.phase
             if job.phase.is_terminal:
                 self._turn_changes.notes.append((now, job_id, job.phase.value, job.reason or ""))
-            if job.phase is not JobPhase.RUNNING:
-                with self._telemetry_lock:
+            with self._telemetry_lock:
+                if job.phase is not JobPhase.RUNNING:
                     self._telemetry.pop(job_id, None)
+                if job.phase is not JobPhase.PENDING:
+                    self._waiting.pop(job_id, None)
+
+    def _note_waiting(self, reasons: Mapping[str, str]) -> None:
+        """The reasons a round gave for the jobs it left waiting (shown by the API; not stored: the next round
+        gives them again)."""
+        with self._telemetry_lock:
+            for job_id, reason in reasons.items():
+                if self._phase.get(job_id) is JobPhase.PENDING:
+                    self._waiting[job_id] = reason
 
     # ------------------------------------------------------------------------------------------------------
     # Agent reports
@@ -861,11 +873,13 @@ class Controller:
         return self.agent.read_log(job_id, offset, size)
 
     def _with_telemetry(self, record: JobRecord) -> JobRecord:
+        """The stored record with what is kept in memory only: its latest telemetry, and why it waits."""
         with self._telemetry_lock:
             tel = self._telemetry.get(record.job_id)
-        if tel is None:
+            why = self._waiting.get(record.job_id) if record.phase is JobPhase.PENDING else None
+        if tel is None and why is None:
             return record
-        return JobRecord(record.seq, record.request, record.status, record.process, tel)
+        return JobRecord(record.seq, record.request, record.status, record.process, tel, why)
 
     def call(self, fn: Callable[[], T], timeout_s: float = 10.0) -> T:
         """Run ``fn`` on the loop thread (where the engine's state may be read) and return its result."""
