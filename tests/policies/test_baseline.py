@@ -10,15 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import cluster, job, log, run, spans, state
+from builders import cluster, job, log, occupy, run, spans, state
 from corral.core.cluster import Topology
 from corral.core.job import JobPhase, JobSpec
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
 from corral.policies.base import BasePolicy
-from corral.policies.baseline import FifoConfig, FifoPolicy, SjfPolicy, SrtfConfig, SrtfPolicy
+from corral.policies.baseline import FifoConfig, FifoPolicy, SjfPolicy, SrtfConfig, SrtfPolicy, fill
 from corral.policies.placement import PlacementStrategy
+from corral.policies.planner import Planner
 from corral.policies.registry import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
@@ -424,3 +425,32 @@ def test_sjf_and_srtf_queue_keys() -> None:
     long.work_done_s = 48.0  # 2 s left
     assert SrtfPolicy().queue_key(long) < SrtfPolicy().queue_key(short)
     assert FifoPolicy().queue_key(long) < FifoPolicy().queue_key(short)
+
+
+# -- work conservation after preemption, strict backfilling (issue 15 §4) --------------------------------------
+def test_srtf_fills_what_a_preemption_left_free() -> None:
+    # 4 GPUs held by l (1,000 s). At 10, s (3 GPUs, 100 s) preempts l; w (1 GPU, 5,000 s: more than l has left,
+    # so it preempts nobody) takes the GPU that s left free, in the same round. (It waited to 1,100 before.)
+    jobs = [
+        job("l", gpus=4, duration=1000, submit=0),
+        job("s", gpus=3, duration=100, submit=10),
+        job("w", gpus=1, duration=5000, submit=10),
+    ]
+    result = run(jobs, cluster(nodes=1, gpus=4), make_policy("srtf"), perf=PerfModel(restore_s=0.0))
+    assert log(result)[1:4] == [
+        "10.000 preempt l",
+        "10.000 launch s gpus=0 1 2 milli=1000",
+        "10.000 launch w gpus=3 milli=1000",
+    ]
+
+
+def test_strict_backfilling_lets_a_larger_job_that_needs_more_nodes_start() -> None:
+    # 2x8 with 7 GPUs free on each node. Strict consolidation: an 8-GPU job must have a whole node and waits;
+    # a 9-GPU job behind it needs two nodes anyway, has them, and starts (it was blocked as "larger" before).
+    c = cluster(nodes=2, gpus=8)
+    s = state(c)
+    occupy(s, [0, 8])
+    for spec in (job("eight", gpus=8, submit=0), job("nine", gpus=9, submit=1), job("ten", gpus=15, submit=2)):
+        s.add(spec, 5.0)
+    launches = fill(s, Planner(s), PlacementStrategy.STRICT, backfill=True)
+    assert [a.job_id for a in launches] == ["nine"]

@@ -20,6 +20,7 @@ workload seen so far (Weng et al., ATC'23).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ from corral.policies.fragmentation import FragmentationScorer
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
 from corral.policies.preemption import Victims
-from corral.policies.queue import PendingWalk
+from corral.policies.queue import PendingWalk, StrictBlocks
+from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -49,29 +51,49 @@ def fill(
     *,
     backfill: bool,
     scorer: FragmentationScorer | None = None,
+    skip: Collection[str] = (),
+    waiting: dict[str, str] | None = None,
 ) -> list[Action]:
     """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
     unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
     either (see :mod:`corral.policies.queue`), and the walk ends as soon as nothing at all is free.
-    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.placement.place`).
+    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.placement.place`); ``skip``: jobs the round
+    has placed already (the view still lists them as waiting). ``waiting`` gets the reason of each job the walk
+    examined and left waiting (see :mod:`corral.policies.reasons`).
     """
+    why: dict[str, str] = {} if waiting is None else waiting
     launches: list[Action] = []
     walk = PendingWalk(view)
+    strict = StrictBlocks(view) if strategy is PlacementStrategy.STRICT else None
     for shape, job in walk:
         spec = job.spec
+        if spec.job_id in skip:
+            continue
+        types = allowed_types(view, spec)
         if planner.total_free() == 0 and (shape.whole or not planner.has_partial()):
+            why[spec.job_id] = blocked_reason(planner, spec, types, strategy)
             if not backfill or not planner.has_partial():
                 break
             walk.block(shape)
             continue
         if not planner.quota_allows(spec):
+            why[spec.job_id] = quota_reason(planner, spec)
             walk.block(shape, quota=True)
         else:
-            placement = place(planner, spec, strategy, allowed_types(view, spec), scorer)
+            if strict is not None and shape.whole and strict.blocked(shape, types):
+                why[spec.job_id] = fit_reason(planner, spec, types, strategy)
+                if not backfill:
+                    break
+                continue
+            placement = place(planner, spec, strategy, types, scorer)
             if placement is not None:
                 launches.append(Launch(spec.job_id, placement))
                 continue
-            walk.block(shape)
+            why[spec.job_id] = fit_reason(planner, spec, types, strategy)
+            if strict is not None and shape.whole and any(planner.type_free(t) >= spec.num_gpus for t in types):
+                strict.block(shape, types)  # enough GPUs free, on too many nodes: a larger job may still fit
+            else:
+                walk.block(shape)
         if not backfill:
             break
     return launches
@@ -116,7 +138,9 @@ class QueuePolicy(BasePolicy):
         assert isinstance(cfg, QueueConfig)
         if not view.num_pending:
             return Decision.NOTHING
-        return Decision(tuple(fill(view, Planner(view), cfg.placement, backfill=cfg.backfill, scorer=self.scorer)))
+        waiting: dict[str, str] = {}
+        launches = fill(view, Planner(view), cfg.placement, backfill=cfg.backfill, scorer=self.scorer, waiting=waiting)
+        return Decision(tuple(launches), waiting=waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +247,25 @@ class SrtfPolicy(BasePolicy):
         if not view.num_pending:
             return Decision.NOTHING
         planner = Planner(view)
-        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer)
+        waiting: dict[str, str] = {}
+        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer, waiting=waiting)
         if cfg.preempt and self._by_end and len(actions) < view.num_pending:
             launched = {a.job_id for a in actions}
             # Placing by preemption (preemption.Victims.place) takes no scorer: under fgd it places without
             # workload knowledge, which is best fit (see placement.place).
-            actions += self._preemptions(view, planner, launched, now_s, cfg.placement)
-        return Decision(tuple(actions))
+            preempting = self._preemptions(view, planner, launched, now_s, cfg.placement)
+            if preempting:
+                # A victim frees all its GPUs, and its job may not take them all: the rest goes to a waiting job
+                # that fits (the first fill passed it over when they were taken). A round ends work-conserving.
+                actions += preempting
+                launched.update(a.job_id for a in preempting if isinstance(a, Launch))
+                for job_id in launched:
+                    waiting.pop(job_id, None)
+                more = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer, skip=launched)
+                for action in more:
+                    waiting.pop(action.job_id, None)
+                actions += more
+        return Decision(tuple(actions), waiting=waiting)
 
     def _preemptions(
         self, view: ClusterView, planner: Planner, launched: set[str], now_s: float, strategy: PlacementStrategy

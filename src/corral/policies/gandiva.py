@@ -58,6 +58,7 @@ from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocati
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
 from corral.policies.queue import PendingWalk
+from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -193,6 +194,7 @@ class _Round:
     taken: dict[int, int] = field(default_factory=dict)  # size -> waiting whole-GPU jobs launched this round
     queued: dict[int, int] = field(default_factory=dict)  # size -> jobs sent back to the queue this round
     fresh: set[int] = field(default_factory=set)  # sizes of jobs that start a slice (a whole share) now
+    waiting: dict[str, str] = field(default_factory=dict)  # why each job examined and not started waits
 
     def launch(self, job: JobView, placement: Placement, waiting: bool) -> None:
         spec = job.spec
@@ -328,7 +330,8 @@ class GandivaPolicy(BasePolicy):
                 self._time_slice(rnd, cfg)
         if rnd.moves_left and self._spread:
             self._consolidate(rnd)
-        return Decision(tuple(rnd.actions), wake_at_s=self._next_wake(rnd, cfg))
+        waiting = {job_id: why for job_id, why in rnd.waiting.items() if job_id not in rnd.busy}
+        return Decision(tuple(rnd.actions), wake_at_s=self._next_wake(rnd, cfg), waiting=waiting)
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -551,23 +554,26 @@ class GandivaPolicy(BasePolicy):
             spec = job.spec
             if spec.job_id in rnd.busy:
                 continue
+            types = allowed_types(view, spec)
             if planner.total_free() == 0 and (shape.whole or not planner.has_partial()):
+                rnd.waiting[spec.job_id] = blocked_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED)
                 if not backfill or not planner.has_partial():
                     break
                 walk.block(shape)
                 continue
             if not planner.quota_allows(spec):
+                rnd.waiting[spec.job_id] = quota_reason(planner, spec)
                 walk.block(shape, quota=True)
                 if not backfill:
                     break
                 continue
-            types = allowed_types(view, spec)
             placement = None
             held = job.suspended_from
             if held is not None and planner.can_take(spec, held.gpus, spec.gpu_milli):
                 placement = planner.take_share(spec, held.gpus, spec.gpu_milli)
             elif held is not None and not job.movable:
                 # Its state cannot leave those GPUs (live: a run that does not checkpoint): it waits for them.
+                rnd.waiting[spec.job_id] = "waiting for the GPUs it was suspended from (its run does not checkpoint)"
                 if not backfill:
                     break
                 continue
@@ -578,6 +584,7 @@ class GandivaPolicy(BasePolicy):
             if placement is not None:
                 rnd.launch(job, placement, waiting=True)
                 continue
+            rnd.waiting[spec.job_id] = fit_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED)
             walk.block(shape)
             if not backfill:
                 break

@@ -11,7 +11,7 @@ what keeps a backfilling scheduler fast when thousands of jobs wait.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from corral.core.job import JobView
@@ -70,3 +70,33 @@ class PendingWalk:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (nxt[0], nxt[1], shape, nxt[2], it))
+
+
+class StrictBlocks:
+    """What a failed *strict* placement rules out for the rest of a round.
+
+    :meth:`PendingWalk.block` assumes that when a job of some size fails, every larger one fails too: true when a
+    job may take GPUs on any nodes, not under strict consolidation, where a job waits for the fewest nodes its
+    size allows. There a larger job may need more nodes and fit where a smaller one did not (on 2x8 with 7 GPUs
+    free on each node, an 8-GPU job must have one whole node and waits; a 9-GPU job takes two and starts). What
+    does hold: a job of the same kind needing as many nodes and at least as many GPUs fails too."""
+
+    __slots__ = ("_min_size", "_view")
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+        self._min_size: dict[tuple[tuple[str, ...], int | None, int], int] = {}
+
+    def _span(self, shape: PendingShape, types: Sequence[int]) -> int:
+        """The fewest nodes a job of ``shape`` can have on nodes of ``types``."""
+        node_gpus = max((self._view.max_node_gpus(t) for t in types), default=0)
+        return -(-shape.size // node_gpus) if node_gpus else 0
+
+    def blocked(self, shape: PendingShape, types: Sequence[int]) -> bool:
+        limit = self._min_size.get((shape.gpu_types, shape.gpu_mem_mib, self._span(shape, types)))
+        return limit is not None and shape.size >= limit
+
+    def block(self, shape: PendingShape, types: Sequence[int]) -> None:
+        key = (shape.gpu_types, shape.gpu_mem_mib, self._span(shape, types))
+        old = self._min_size.get(key)
+        self._min_size[key] = shape.size if old is None else min(old, shape.size)
