@@ -64,13 +64,15 @@ def test_a_job_at_its_tenants_quota_preempts_the_tenants_own_lower_queue_job() -
     # Three nodes of two GPUs; tenant t's quota is 6. a (4 GPUs) attains 20 GPU-s by t=5 and moves down; b (4
     # GPUs, t's too) arrives at 7 in the top queue. Two GPUs are free, and a's four with them would fit b, but b
     # alone is over t's quota while a runs: preempting a frees the quota as well as the GPUs, so b preempts it,
-    # as it does without a quota. (It waited until a ended at 100 before.)
+    # as it does without a quota. (It waited until a ended at 100 before.) At 12 b has attained 20 GPU-s and moves
+    # down behind a, which waits there: a preempts it back, ends at 12 + 93 = 105, and b at 110.
     jobs = [job("a", gpus=4, duration=100, tenant="t"), job("b", gpus=4, duration=10, submit=7, tenant="t")]
     for quota in (6, None):
         c = cluster(nodes=3, gpus=2, tenants={"t": quota})
         result = run(jobs, c, tiresias(thresholds_gpu_s=20, starvation_knob=0), perf=FREE)
         assert log(result)[1:3] == ["7.000 preempt a", "7.000 launch b gpus=0 1 4 5 milli=1000"], quota
-        assert spans(result) == {"a": (0, 110), "b": (7, 17)}
+        assert log(result)[3] == "12.000 preempt b", quota
+        assert spans(result) == {"a": (0, 105), "b": (7, 110)}
 
 
 def test_quota_preemption_takes_only_the_tenants_own_jobs_for_quota() -> None:
@@ -101,30 +103,42 @@ def test_the_lowest_queue_is_preempted_first() -> None:
 # -- starvation -----------------------------------------------------------------------------------------------
 def test_promotion_after_the_starvation_limit() -> None:
     # One GPU, threshold 100, knob 2. a runs 0-100 and drops to queue 1; b (arrived at 50) preempts it at 100.
-    # b drops to queue 1 at 200, level with a: no preemption. a has waited since 100 after running 100 s, so
-    # at 100 + 2 x 100 = 300 it is promoted to the top queue and preempts b.
+    # b drops to queue 1 at 200, behind a waiting there, and a preempts it back (§3.2: a demoted job goes to the
+    # back of its new queue). b has waited since 200 after running 100 s, so at 200 + 2 x 100 = 400 it is promoted
+    # to the top queue and preempts a.
     jobs = [job("a", duration=1000, submit=0), job("b", duration=1000, submit=50)]
     lines = log(run(jobs, cluster(nodes=1, gpus=1), tiresias(thresholds_gpu_s=100, starvation_knob=2), perf=FREE))
-    assert lines[:5] == [
+    assert lines[:7] == [
         "0.000 launch a gpus=0 milli=1000",
         "100.000 preempt a",
         "100.000 launch b gpus=0 milli=1000",
-        "300.000 preempt b",
-        "300.000 launch a gpus=0 milli=1000",
+        "200.000 preempt b",
+        "200.000 launch a gpus=0 milli=1000",
+        "400.000 preempt a",
+        "400.000 launch b gpus=0 milli=1000",
     ]
-    # Without the guard a waits until b is done (b ran 100-300 and keeps the GPU to its end at 1100).
+    # Without the guard nobody is promoted: a, running in queue 1 ahead of b, keeps the GPU to its end at 1100.
     lines = log(run(jobs, cluster(nodes=1, gpus=1), tiresias(thresholds_gpu_s=100, starvation_knob=0), perf=FREE))
-    assert lines[3] == "1100.000 launch a gpus=0 milli=1000"
+    assert lines[3:] == [
+        "200.000 preempt b",
+        "200.000 launch a gpus=0 milli=1000",
+        "1100.000 launch b gpus=0 milli=1000",
+    ]
 
 
 def test_a_promoted_job_attains_queue_service_afresh() -> None:
-    # After its promotion at 300 (above), a is in the top queue with its queueing service reset: it drops
-    # again only after 100 more GPU-s, at 400, and b (waiting in queue 1 since 300, after running 200 s) is
-    # promoted at 300 + 2 x 200 = 700 and preempts a.
+    # After its promotion at 400 (above), b is in the top queue with its queueing service reset: it drops again
+    # after only 100 more GPU-s, at 500 (200 in all), behind a, which takes the GPU back; and it is promoted again
+    # at 500 + 2 x 100 = 700 (the time it ran since its promotion, not in all) and preempts a.
     jobs = [job("a", duration=1000, submit=0), job("b", duration=1000, submit=50)]
     policy = tiresias(thresholds_gpu_s=100, starvation_knob=2)
     lines = log(run(jobs, cluster(nodes=1, gpus=1), policy, perf=FREE))
-    assert lines[5:7] == ["700.000 preempt a", "700.000 launch b gpus=0 milli=1000"]
+    assert lines[7:11] == [
+        "500.000 preempt b",
+        "500.000 launch a gpus=0 milli=1000",
+        "700.000 preempt a",
+        "700.000 launch b gpus=0 milli=1000",
+    ]
 
 
 # -- Gittins --------------------------------------------------------------------------------------------------
@@ -153,9 +167,10 @@ def test_gittins_orders_a_queue_by_index_not_by_attained_service(tmp_path: Path)
     # One queue, all entered at t=5. Gittins ranks by index: fresh (1/65), nearly (1/90), stuck (0).
     order = sorted([stuck, nearly, fresh], key=policy.queue_key)
     assert [j.spec.job_id for j in order] == ["fresh", "nearly", "stuck"]
-    # Discretized 2D-LAS is FIFO inside a queue: by submission here.
+    # Discretized 2D-LAS is FIFO inside a queue, by entry: the order the engine files them in.
     las = tiresias(thresholds_gpu_s=1e9)
-    assert [j.spec.job_id for j in sorted([fresh, nearly, stuck], key=las.queue_key)] == ["stuck", "nearly", "fresh"]
+    keys = {j.spec.job_id: las.queue_key(j) for j in (nearly, stuck, fresh)}
+    assert sorted(keys, key=keys.__getitem__) == ["nearly", "stuck", "fresh"]
 
 
 def test_gittins_from_the_published_distribution_runs_the_sixty_jobs() -> None:
@@ -251,3 +266,53 @@ def test_every_trace_ends(rows: list[tuple[int, int, str | None, str, int, int]]
     launches = sum(" launch " in line for line in log(result))
     finished = sum(j.phase is JobPhase.FINISHED for j in result.jobs)
     assert launches == finished + result.summary["preemptions"]
+
+
+# -- order inside a queue, periodic rounds (issue 15 §4; the peers' simulators) ---------------------------------
+def test_a_demoted_job_goes_behind_the_jobs_waiting_in_its_new_queue() -> None:
+    # One GPU, queues split at 100 GPU-s. a runs 0-100 and drops to queue 1; b (from 50) preempts it. At 200 b
+    # drops to queue 1 too, behind a, which has waited there since 100: a takes the GPU back at once (the
+    # authors' simulator appends a demoted job to its new queue; before, corral never preempted within a queue
+    # and a waited to b's end at 1,100).
+    jobs = [job("a", duration=1000, submit=0), job("b", duration=1000, submit=50)]
+    for within in ("running-first", "entry"):
+        policy = tiresias(thresholds_gpu_s=100, within_queue=within)
+        assert log(run(jobs, cluster(nodes=1, gpus=1), policy, perf=FREE))[3:5] == [
+            "200.000 preempt b",
+            "200.000 launch a gpus=0 milli=1000",
+        ], within
+
+
+def test_running_first_or_entry_order_inside_a_queue() -> None:
+    # Two GPUs, one queue. x (1 GPU) runs 0-50; p (2 GPUs, from 1) waits; q (1 GPU, from 2) starts on the free
+    # GPU (work-conserving). At 50 one GPU comes free: in entry order p, ahead of q, preempts q (the Pollux
+    # artifact's Tiresias, the paper's FIFO by entry); running-first, q leads the queue now and p waits for it
+    # (the authors' simulator).
+    jobs = [
+        job("x", duration=50, submit=0),
+        job("p", gpus=2, duration=10, submit=1),
+        job("q", duration=500, submit=2),
+    ]
+    c = cluster(nodes=1, gpus=2)
+    entry = run(jobs, c, tiresias(thresholds_gpu_s=1e9, within_queue="entry"), perf=FREE)
+    assert log(entry)[2:4] == ["50.000 preempt q", "50.000 launch p gpus=0 1 milli=1000"]
+    assert spans(entry)["q"] == (2, 512)  # 48 s before, 452 after p ends at 60
+    first = run(jobs, c, tiresias(thresholds_gpu_s=1e9), perf=FREE)
+    assert spans(first) == {"x": (0, 50), "p": (502, 512), "q": (2, 502)}
+
+
+def test_periodic_rounds() -> None:
+    # round_s=60: decisions at multiples of 60 s only. a arrives at 5 and starts at 60; b arrives at 10 and waits
+    # for a's GPU, which comes free at 90 and is given at 120.
+    jobs = [job("a", duration=30, submit=5), job("b", duration=30, submit=10)]
+    result = run(jobs, cluster(nodes=1, gpus=1), tiresias(round_s=60), perf=FREE)
+    assert spans(result) == {"a": (60, 90), "b": (120, 150)}
+    with pytest.raises(ConfigError, match="round_s"):
+        tiresias(round_s=-1)
+
+
+def test_defaults_are_the_authors_three_queues() -> None:
+    cfg = tiresias().cfg
+    assert cfg.thresholds_gpu_s == (3250.0, 7200.0)
+    assert cfg.within_queue == "running-first"
+    assert cfg.distribution == "yarn-gput1000"

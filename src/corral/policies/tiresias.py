@@ -12,27 +12,43 @@ The rules, each with the section of the paper it comes from:
   from the GPU-time of the jobs that have finished so far.
 - **Discretized priorities** (§3.2, Fig. 7): a multi-level feedback queue. K queues split by attained-service
   thresholds; a job enters the top queue and is demoted to the next one the moment its attained service
-  crosses that queue's threshold. Within a queue 2D-LAS is FIFO (by the time the job entered the queue);
-  2D-Gittins orders a queue by Gittins index, then FIFO.
+  crosses that queue's threshold. Within a queue 2D-LAS is FIFO by entry into the queue: a demoted job goes to
+  the back of its new queue, behind the jobs already waiting there. 2D-Gittins orders a queue by Gittins index
+  (running jobs' indices recomputed at every round, as their service grows), then by submit time, then FIFO.
+- **Order inside a queue** (``within_queue``): ``running-first``, as the authors' simulator keeps its queue lists,
+  moves a queue's running jobs ahead of its waiting ones after every round (a job that just entered the queue
+  stays behind the waiting ones for that round only, so they may preempt it; a preempted job goes to the front
+  of the waiting ones); ``entry`` keeps FIFO by entry for running and waiting jobs alike at every round, as the
+  Pollux artifact's Tiresias does, so an earlier waiting job preempts a later running one of its queue as soon
+  as that frees enough GPUs.
 - **Starvation guard** (§3.2, "PromoteKnob"): a job that has waited, since it last stopped, longer than
   ``starvation_knob`` times the time it ran since its last promotion goes back to the top queue, with the
   attained service counted for queueing reset (the authors' simulator does the same).
-- **Preemption at queue changes** (§3.2): a waiting job preempts running jobs of strictly lower queues (the
-  lowest first) when that frees enough GPUs for it; jobs of one queue never preempt each other. The
-  simulator charges each restart its checkpoint/restore cost (``PerfModel.restore_s``).
+- **Preemption** (§3.2): the round walks the waiting jobs in priority order, as the authors' simulator walks its
+  queues; a job that does not fit on free GPUs preempts running jobs of lower priority (lower queues, and in its
+  own queue those behind it), the lowest first, when that frees enough GPUs for it. So a higher-priority job
+  gets GPUs before a lower one takes the free ones. The simulator charges each restart its checkpoint/restore
+  cost (``PerfModel.restore_s``). What the preemptions freed and their jobs did not take goes to the jobs that
+  fit: the round ends work-conserving.
 - **Placement** (§3.3, §4.1): only placement-sensitive jobs (models with large, skewed tensors: see
   :mod:`corral.core.models`) are consolidated, strictly: they wait for the fewest nodes their size allows.
   The others take any free GPUs at once (the fewest nodes among what is free, never waiting for better).
+- **Periodic rounds** (``round_s``, off by default): decide only at multiples of ``round_s`` seconds, as the
+  Pollux artifact's simulator does every 60 s.
 
-Defaults follow the authors' simulator: two queues split at 3,600 GPU-seconds, a Gittins quantum of
-3,250 GPU-seconds, and the starvation guard off (``starvation_knob=0``): on loaded Philly replays a knob of 2
-to 8 traded a few percent of average JCT for seven to nine times the preemptions (docs/reproduction.md).
-Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine
-for, so a round costs O(jobs it touches), never a scan of every job.
+Defaults follow the authors' simulator for its 2D schedules (``run_sim.py``, ``jobs.py``): three queues split at
+3,250 and 7,200 GPU-seconds, running-first order, a Gittins quantum of 3,250 GPU-seconds over the
+``yarn-gput1000`` samples, and the starvation guard off (``starvation_knob=0``): on loaded Philly replays a knob
+of 2 to 8 traded a few percent of average JCT for seven to nine times the preemptions (docs/reproduction.md).
+With the peers' assumptions matched, corral's average JCT is within 1% of the authors' simulator (2D-LAS and
+2D-Gittins, 60-job trace, 2x4 and 4x4) and of the Pollux artifact's Tiresias on six of its eight workloads
+(``benchmarks/bench_peers.py``; docs/reproduction.md gives the figures and the two workloads still off).
+Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine for, so a round costs
+O(jobs it touches), never a scan of every job (Gittins re-ranks the running jobs at every round).
 
 Incremental bookkeeping: a pending job's queue and index cannot change while it waits (it attains no
 service), except through a promotion, after which the engine re-files it (``on_timer`` returns it). A
-pending job under a learned Gittins distribution keeps the index it had when it entered the queue.
+pending job under a learned Gittins distribution keeps the index it had when it was filed.
 """
 
 from __future__ import annotations
@@ -54,12 +70,12 @@ from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError, InputError
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.models import traits
-from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
 from corral.policies.preemption import Victims
-from corral.policies.queue import PendingWalk
+from corral.policies.queue import PendingWalk, StrictBlocks
+from corral.policies.reasons import blocked_reason, fit_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -67,6 +83,11 @@ from corral.policies.view import ClusterView
 class Priority(StrEnum):
     LAS = "las"
     GITTINS = "gittins"
+
+
+class WithinQueue(StrEnum):
+    RUNNING_FIRST = "running-first"  # the authors' simulator: after each round a queue's running jobs lead it
+    ENTRY = "entry"  # FIFO by entry into the queue, running or not, re-walked every round (the Pollux artifact)
 
 
 class Sensitivity(StrEnum):
@@ -79,8 +100,15 @@ class Sensitivity(StrEnum):
 class TiresiasConfig(PolicyConfig):
     priority: Priority = option(Priority.LAS, "las (least attained GPU-service) or gittins (Gittins index)")
     thresholds_gpu_s: tuple[float, ...] = option(
-        (3600.0,), "attained GPU-seconds at which a job moves down a queue (K-1 ascending values for K queues)"
+        (3250.0, 7200.0),
+        "attained GPU-seconds at which a job moves down a queue (K-1 ascending values for K queues)",
     )
+    within_queue: WithinQueue = option(
+        WithinQueue.RUNNING_FIRST,
+        "order inside a queue: running-first (the authors' simulator: a queue's running jobs stay ahead of its "
+        "waiting ones; a job entering it goes behind them) or entry (FIFO by entry, running or not)",
+    )
+    round_s: float = option(0.0, "decide only every round_s seconds, as a periodic scheduler does (0: at every event)")
     starvation_knob: float = option(
         0.0, "promote a job to the top queue after waiting this many times the time it ran (0: never)"
     )
@@ -89,9 +117,9 @@ class TiresiasConfig(PolicyConfig):
         Sensitivity.MODEL, "which jobs get strict consolidation: model (by model), all, none"
     )
     distribution: str = option(
-        "yarn-gput10000",
+        "yarn-gput1000",
         "gittins: GPU-time samples: yarn-gput1000|yarn-gput5000|yarn-gput10000 (shared data), a CSV path, "
-        "or 'learned' (finished jobs, starting from yarn-gput10000)",
+        "or 'learned' (finished jobs, starting from yarn-gput1000)",
     )
     gittins_quantum_gpu_s: float = option(3250.0, "gittins: the service quantum Δ in GPU-seconds")
     learn_after: int = option(100, "gittins learned: finished jobs needed before their distribution is used")
@@ -104,6 +132,8 @@ class TiresiasConfig(PolicyConfig):
             raise ConfigError(f"tiresias: starvation_knob must be >= 0, got {self.starvation_knob}")
         if not self.gittins_quantum_gpu_s > 0:
             raise ConfigError(f"tiresias: gittins_quantum_gpu_s must be > 0, got {self.gittins_quantum_gpu_s}")
+        if not (self.round_s >= 0 and math.isfinite(self.round_s)):
+            raise ConfigError(f"tiresias: round_s must be >= 0, got {self.round_s}")
         if self.learn_after < 1:
             raise ConfigError(f"tiresias: learn_after must be >= 1, got {self.learn_after}")
 
@@ -180,6 +210,7 @@ def _samples_for(name: str) -> list[float]:
 # The policy
 # ----------------------------------------------------------------------------------------------------------
 _DEMOTE, _PROMOTE = 0, 1
+_RUNNING, _WAITING = 0, 1  # a job's section of its queue, in running-first order
 
 
 @register_policy
@@ -202,13 +233,25 @@ class TiresiasPolicy(BasePolicy):
         self._learned_built = 0
         if cfg.priority is Priority.GITTINS:
             self._learning = cfg.distribution.strip().lower() == "learned"
-            prior = "yarn-gput10000" if self._learning else cfg.distribution.strip()
+            prior = "yarn-gput1000" if self._learning else cfg.distribution.strip()
             self._gittins = GittinsIndex(_samples_for(prior), cfg.gittins_quantum_gpu_s)
+        self._running_first = cfg.within_queue is WithinQueue.RUNNING_FIRST
         # Per job: executed seconds at its last promotion (attained service for queueing restarts there), its
-        # queue, and when it entered that queue (FIFO order inside a queue).
+        # queue, and its place in that queue's order. A queue is ordered as a list the authors' simulator keeps:
+        # a job entering it (arriving, demoted, promoted) goes to the back (``_pos`` from a rising counter).
+        # Running-first, after every round the queue's running jobs go ahead of its waiting ones, each part in
+        # the order it had: a running job's place is ``_run_pos`` (given in queue order as it starts), and a job
+        # preempted goes to the front of the waiting part (``_pos`` from a falling counter).
         self._offset: dict[str, float] = {}
         self._queue: dict[str, int] = {}
-        self._entered: dict[str, float] = {}
+        self._pos: dict[str, int] = {}
+        self._run_pos: dict[str, int] = {}
+        self._back = 0
+        self._front = 0
+        self._run_next = 0
+        # Running jobs demoted at this instant (running-first: they are behind the waiting jobs of their new
+        # queue until the round has passed, so those may preempt them).
+        self._demoted: dict[str, float] = {}
         # Running jobs in priority order (highest first); victims come from the end.
         self._running: SortedList = SortedList()
         self._run_entry: dict[str, tuple[Any, ...]] = {}
@@ -221,25 +264,48 @@ class TiresiasPolicy(BasePolicy):
         self._sensitive_of: dict[str | None, bool] = {}  # by model name
 
     # -- priorities -------------------------------------------------------------------------------------------
-    def _queue_attained(self, job: JobView) -> float:
-        """GPU-seconds counted for queueing: attained service since the last promotion (job not running)."""
-        return job.spec.num_gpus * (job.executed_s - self._offset.get(job.spec.job_id, 0.0))
+    def _queue_attained(self, job: JobView, now_s: float | None = None) -> float:
+        """GPU-seconds counted for queueing: attained service since the last promotion (at ``now_s`` for a
+        running job; else as of its last stop)."""
+        executed = job.executed_s
+        if now_s is not None and job.phase is JobPhase.RUNNING and job.last_start_s is not None:
+            executed += now_s - job.last_start_s
+        return job.spec.num_gpus * (executed - self._offset.get(job.spec.job_id, 0.0))
 
     def _queue_for(self, attained: float) -> int:
         # A hair of slack so a job demoted by a timer at exactly its threshold is not put back by rounding.
         return bisect.bisect_right(self._thresholds, attained + 1e-6)
 
-    def _key(self, job: JobView, q: int, entered: float) -> tuple[Any, ...]:
+    def _enter(self, job_id: str, q: int) -> None:
+        """``job_id`` enters queue ``q`` at its back."""
+        self._queue[job_id] = q
+        self._back += 1
+        self._pos[job_id] = self._back
+
+    def _key(self, job: JobView, section: int, place: int, now_s: float | None = None) -> tuple[Any, ...]:
+        """Priority (lower first): the queue, then (Gittins) the index and submit time, then the queue's order."""
+        q = self._queue[job.spec.job_id]
         if self._gittins is None:
-            return (q, entered, job.spec.submit_s)
-        index = self._gittins(job.spec.num_gpus * job.executed_s)
-        return (q, -index, entered, job.spec.submit_s)
+            return (q, section, place)
+        # The authors' simulator sorts each queue by (index, earlier submit) at every event, running jobs too.
+        return (q, -self._gittins(self._queue_attained(job, now_s)), job.spec.submit_s, section, place)
+
+    def _running_key(self, job: JobView, now_s: float | None = None) -> tuple[Any, ...]:
+        job_id = job.spec.job_id
+        run_pos = self._run_pos.get(job_id)
+        if run_pos is None or not self._running_first:
+            return self._key(job, _WAITING, self._pos[job_id], now_s)
+        return self._key(job, _RUNNING, run_pos, now_s)
 
     def queue_key(self, job: JobView) -> tuple[Any, ...]:
+        """The waiting job's key, filed by the engine as it starts waiting (before :meth:`on_job_changed`): a job
+        seen for the first time, or whose queue changed (a demotion at the instant it stopped), enters its queue
+        at the back here."""
         job_id = job.spec.job_id
         q = self._queue_for(self._queue_attained(job))
-        entered = self._entered[job_id] if self._queue.get(job_id) == q else job.queued_since_s
-        return self._key(job, q, entered)
+        if self._queue.get(job_id) != q or job_id not in self._pos:
+            self._enter(job_id, q)
+        return self._key(job, _WAITING, self._pos[job_id])
 
     def _sensitive(self, spec: JobSpec) -> bool:
         mode = self.cfg.sensitive
@@ -288,12 +354,12 @@ class TiresiasPolicy(BasePolicy):
             heapq.heappop(events)
         return None
 
-    def _set_running(self, job: JobView, q: int, entered: float) -> None:
+    def _set_running(self, job: JobView, now_s: float | None = None) -> None:
         self._drop_running(job)
-        entry = (*self._key(job, q, entered), job.spec.job_id)
+        entry = (*self._running_key(job, now_s), job.spec.job_id)
         self._run_entry[job.spec.job_id] = entry
         self._running.add(entry)
-        self._queue_gpus[q] += job.spec.num_gpus
+        self._queue_gpus[entry[0]] += job.spec.num_gpus
 
     def _drop_running(self, job: JobView) -> None:
         old = self._run_entry.pop(job.spec.job_id, None)
@@ -305,36 +371,35 @@ class TiresiasPolicy(BasePolicy):
         job_id = job.spec.job_id
         phase = job.phase
         if phase is JobPhase.RUNNING:
-            q = self._queue[job_id]
-            self._set_running(job, q, self._entered[job_id])
-            self._set_event(job_id, self._demotion_at(job, q, now_s), _DEMOTE)
+            self._set_running(job, now_s)
+            self._set_event(job_id, self._demotion_at(job, self._queue[job_id], now_s), _DEMOTE)
             return
         self._drop_running(job)
+        self._run_pos.pop(job_id, None)
+        self._demoted.pop(job_id, None)
         if phase is JobPhase.PENDING:
-            q = self._queue_for(self._queue_attained(job))
-            if self._queue.get(job_id) != q:
-                self._queue[job_id] = q
-                self._entered[job_id] = now_s
+            q = self._queue[job_id]  # queue_key has filed it
             ran = job.executed_s - self._offset.get(job_id, 0.0)
             self._set_event(job_id, self._promotion_at(q, ran, now_s), _PROMOTE)
             return
         # Finished or rejected: forget it (learning from the finished ones).
         self._set_event(job_id, None, _DEMOTE)
-        for table in (self._offset, self._queue, self._entered):
+        for table in (self._offset, self._queue, self._pos):
             table.pop(job_id, None)
         if phase is JobPhase.FINISHED and self._learning:
             self._learn(job.spec.num_gpus * job.executed_s)
 
     def on_job_restored(self, view: ClusterView, job: JobView, now_s: float) -> None:
         """A job taken back after a live restart: its queue follows from its attained service, as for a job
-        seen for the first time. What is lost with the old controller is a starvation promotion's offset (a
-        promoted job counts its service from the start again, so it may be demoted sooner than it would have
-        been) and how long it had waited in its queue (a restored job enters its queue now)."""
+        seen for the first time, and it enters that queue now (at the back; a running one in the running part).
+        What is lost with the old controller is a starvation promotion's offset (a promoted job counts its
+        service from the start again, so it may be demoted sooner than it would have been) and its place in
+        its queue."""
         job_id = job.spec.job_id
         if job.phase is JobPhase.RUNNING:
-            started = job.last_start_s if job.last_start_s is not None else now_s
-            self._queue[job_id] = self._queue_for(self._queue_attained(job))
-            self._entered[job_id] = started
+            self._enter(job_id, self._queue_for(self._queue_attained(job)))
+            self._run_next += 1
+            self._run_pos[job_id] = self._run_next
         self.on_job_changed(job, now_s)
 
     def _learn(self, gpu_s: float) -> None:
@@ -353,19 +418,20 @@ class TiresiasPolicy(BasePolicy):
             del self._event_of[job_id]
             job = view.job(job_id)
             if kind == _DEMOTE:
+                # Demoted: to the back of the next queue, behind the jobs waiting there (§3.2; running-first, it
+                # stays there for this round only).
                 q = self._queue[job_id] + 1
-                self._queue[job_id] = q
-                self._entered[job_id] = now_s
-                self._set_running(job, q, now_s)
+                self._enter(job_id, q)
+                self._run_pos.pop(job_id, None)
+                self._demoted[job_id] = now_s
+                self._set_running(job, now_s)
                 if q < self._last_queue:
-                    start = job.last_start_s if job.last_start_s is not None else now_s
-                    attained = job.spec.num_gpus * (job.executed_s + now_s - start - self._offset.get(job_id, 0.0))
+                    attained = self._queue_attained(job, now_s)
                     when = now_s + (self._thresholds[q] - attained) / job.spec.num_gpus
                     self._set_event(job_id, when, _DEMOTE)
             else:
                 self._offset[job_id] = job.executed_s
-                self._queue[job_id] = 0
-                self._entered[job_id] = now_s
+                self._enter(job_id, 0)
                 promoted.append(job_id)
         return promoted
 
@@ -373,13 +439,35 @@ class TiresiasPolicy(BasePolicy):
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         first = self._next_event()
         wake = first[0] if first is not None else None
+        round_s = self.cfg.round_s
+        if round_s > 0:
+            # A periodic scheduler (the Pollux artifact's 60 s rounds): decide at multiples of round_s only; what
+            # happens in between (arrivals, GPUs freed) waits for the next one, which is only asked for while a job
+            # waits.
+            k = math.ceil(now_s / round_s - 1e-9)
+            if k * round_s > now_s + 1e-9:
+                if view.num_pending:
+                    wake = k * round_s if wake is None else min(wake, k * round_s)
+                return Decision((), wake_at_s=wake)
+            if view.num_pending:
+                wake = (k + 1) * round_s if wake is None else min(wake, (k + 1) * round_s)
         if not view.num_pending:
+            self._settle_demoted()
             return Decision((), wake_at_s=wake)
+        if self._gittins is not None and self.cfg.preempt:
+            self._rerank(view, now_s)
         planner = Planner(view)
-        launches = self._fill(view, planner)
-        actions: list[Action] = list(launches)
-        if self.cfg.preempt and self._running and len(launches) < view.num_pending:
-            actions += self._preemptions(view, planner, {a.job_id for a in launches}, now_s)
+        waiting: dict[str, str] = {}
+        actions = self._walk(view, planner, now_s, waiting)
+        if len(actions) > sum(isinstance(a, Launch) for a in actions):
+            # A preemption frees whole jobs: what its job did not take goes to a waiting job that fits, the walk
+            # having passed some of them already. A round ends work-conserving.
+            launched = {a.job_id for a in actions if isinstance(a, Launch)}
+            more = self._walk(view, planner, now_s, {}, launched, preempt=False)
+            for action in more:
+                waiting.pop(action.job_id, None)
+            actions += more
+        self._settle(view, actions)
         # The engine applies the actions after this returns, so ask now for the timers they will need.
         starving = self.cfg.starvation_knob > 0  # else a preempted job is never promoted: no timer for it
         for action in actions:
@@ -395,106 +483,118 @@ class TiresiasPolicy(BasePolicy):
                 continue
             if when is not None and when > now_s and (wake is None or when < wake):
                 wake = when
-        return Decision(tuple(actions), wake_at_s=wake)
+        return Decision(tuple(actions), wake_at_s=wake, waiting=waiting)
+
+    def _rerank(self, view: ClusterView, now_s: float) -> None:
+        """Gittins: a running job's index moves with its attained service, so the running jobs are ranked again
+        at every round (the authors' simulator re-sorts every queue at every event)."""
+        for entry in list(self._running):
+            self._set_running(view.job(entry[-1]), now_s)
+
+    def _settle(self, view: ClusterView, actions: list[Action]) -> None:
+        """Running-first order after the round: the jobs it starts join their queue's running part in queue
+        order, behind the jobs already running there; a job it preempts goes to the front of its queue's waiting
+        part (those preempted together keep their order)."""
+        if not self._running_first:
+            return
+        started = [a.job_id for a in actions if isinstance(a, Launch)]
+        started.sort(key=lambda job_id: self._key(view.job(job_id), _WAITING, self._pos[job_id]))
+        for job_id in started:
+            self._run_next += 1
+            self._run_pos[job_id] = self._run_next
+        stopped = [a.job_id for a in actions if isinstance(a, Preempt) and a.job_id in self._run_pos]
+        stopped.sort(key=lambda job_id: self._run_pos[job_id], reverse=True)
+        for job_id in stopped:
+            self._front -= 1
+            self._pos[job_id] = self._front
+        self._settle_demoted(view, {a.job_id for a in actions if isinstance(a, Preempt)})
+
+    def _settle_demoted(self, view: ClusterView | None = None, preempted: Collection[str] = ()) -> None:
+        """Jobs demoted at this round's instant that keep running join the running part of their new queue,
+        behind the jobs that started in the round (they were behind them in the queue)."""
+        if not self._demoted or not self._running_first:
+            self._demoted.clear()
+            return
+        for job_id in sorted(self._demoted, key=self._pos.__getitem__):
+            if job_id in preempted:
+                continue
+            self._run_next += 1
+            self._run_pos[job_id] = self._run_next
+            entry = self._run_entry.get(job_id)
+            if entry is not None:
+                self._running.remove(entry)
+                new = (*entry[:-3], _RUNNING, self._run_next, job_id)
+                self._run_entry[job_id] = new
+                self._running.add(new)
+        self._demoted.clear()
 
     def _strategy(self, spec: JobSpec) -> PlacementStrategy:
         return PlacementStrategy.STRICT if self._sensitive(spec) else PlacementStrategy.CONSOLIDATED
 
-    def _fill(self, view: ClusterView, planner: Planner) -> list[Launch]:
-        """Launch waiting jobs in priority order wherever they fit (Tiresias is work-conserving)."""
-        launches: list[Launch] = []
+    def _walk(
+        self,
+        view: ClusterView,
+        planner: Planner,
+        now_s: float,
+        waiting: dict[str, str],
+        skip: Collection[str] = (),
+        *,
+        preempt: bool = True,
+    ) -> list[Action]:
+        """One walk of the waiting jobs in priority order, as the authors' simulator walks its queues: each job
+        starts on free GPUs if it fits (Tiresias is work-conserving), else, with ``preempt``, by preempting
+        running jobs of lower priority (lower queues, and in its own queue those behind it), lowest first, until
+        it fits (§3.2). So a waiting job of higher priority gets GPUs before a lower one takes the free ones.
+        ``waiting`` gets the reason of each job examined and left waiting; ``skip``: jobs placed this round
+        already."""
+        actions: list[Action] = []
+        victims: Victims | None = None
+        if preempt and self.cfg.preempt and self._running:
+            victims = Victims(view, ((entry[:-1], entry[-1]) for entry in reversed(self._running)))
         walk = PendingWalk(view)
-        strict_blocked: dict[tuple[tuple[str, ...], int | None], int] = {}
+        strict_blocks = StrictBlocks(view)
         for shape, job in walk:
-            if planner.total_free() == 0 and not planner.has_partial():
+            if victims is None and planner.total_free() == 0 and not planner.has_partial():
                 break
             spec = job.spec
-            if not planner.quota_allows(spec):
-                walk.block(shape, quota=True)
-                continue
-            types = allowed_types(view, spec)
-            if shape.whole and not any(planner.type_free(t) >= spec.num_gpus for t in types):
-                walk.block(shape)
+            job_id = spec.job_id
+            if job_id in skip:
                 continue
             strategy = self._strategy(spec)
             strict = strategy is PlacementStrategy.STRICT and shape.whole
-            kind = (shape.gpu_types, shape.gpu_mem_mib)
-            if strict and shape.size >= strict_blocked.get(kind, math.inf):
+            types = allowed_types(view, spec)
+            if strict and strict_blocks.blocked(shape, types):
+                waiting[job_id] = fit_reason(planner, spec, types, strategy)
                 continue
-            placement = place(planner, spec, strategy, types)
-            if placement is not None:
-                launches.append(Launch(spec.job_id, placement))
+            quota_ok = planner.quota_allows(spec)
+            if quota_ok and (not shape.whole or any(planner.type_free(t) >= spec.num_gpus for t in types)):
+                placement = place(planner, spec, strategy, types)
+                if placement is not None:
+                    actions.append(Launch(job_id, placement))
+                    continue
+            if victims is not None:
+                key = self._key(job, _WAITING, self._pos[job_id], now_s)
+                lowest = victims.first_rank()
+                if lowest is None or lowest <= key:
+                    victims = None  # in priority order: nobody later outranks a running job either
+                elif not shape.whole or planner.total_free() + sum(self._queue_gpus[key[0] :]) >= spec.num_gpus:
+                    # (Else even preempting every job of its queue and the lower ones would not free enough.) A
+                    # job its tenant's quota holds back may still preempt the tenant's own lower-priority jobs:
+                    # that frees the quota as well as the GPUs (Victims.place checks both).
+                    found = victims.place(planner, spec, strategy, key)
+                    if found is not None:
+                        placement, preempted = found
+                        for victim in preempted:
+                            actions.append(Preempt(victim.spec.job_id, f"tiresias: {job_id} has priority"))
+                        actions.append(Launch(job_id, placement))
+                        continue
+            waiting[job_id] = blocked_reason(planner, spec, types, strategy)
+            # Later jobs of this shape have no more priority and no more room: skip them (sensitive jobs only
+            # block sensitive ones needing as many nodes, as others may still fit where they did not).
+            if not quota_ok:
+                walk.block(shape, quota=True)
             elif strict:
-                # A larger sensitive job cannot have its fewest nodes either; insensitive ones of this shape may
-                # still fit anywhere, so the shape stays open.
-                strict_blocked[kind] = min(strict_blocked.get(kind, shape.size), shape.size)
+                strict_blocks.block(shape, types)
             else:
                 walk.block(shape)
-        return launches
-
-    def _preemptions(self, view: ClusterView, planner: Planner, launched: set[str], now_s: float) -> list[Action]:
-        """For each waiting job in priority order, free GPUs by preempting running jobs of strictly lower queues,
-        lowest priority first, until it fits."""
-        actions: list[Action] = []
-        # Running jobs lowest priority first, ranked by queue: a job of queue q may preempt those ranked above q.
-        victims = Victims(view, ((entry[0], entry[-1]) for entry in reversed(self._running)))
-        walk = PendingWalk(view)
-        strict_blocked: dict[tuple[tuple[str, ...], int | None], int] = {}
-        for shape, job in walk:
-            job_id = job.spec.job_id
-            if job_id in launched:
-                continue
-            q = self._queue[job_id]
-            lowest = victims.first_rank()
-            if lowest is None or lowest <= q:
-                break  # the queue is in priority order: nobody later outranks a running job either
-            spec = job.spec
-            # A job its tenant's quota holds back may still preempt the tenant's own lower-queue jobs: that frees
-            # the quota as well as the GPUs (Victims.place checks both).
-            over_quota = not planner.quota_allows(spec)
-            strategy = self._strategy(spec)
-            strict = strategy is PlacementStrategy.STRICT and shape.whole
-            kind = (shape.gpu_types, shape.gpu_mem_mib)
-            if strict and shape.size >= strict_blocked.get(kind, math.inf):
-                continue
-            if shape.whole and planner.total_free() + self._gpus_below(q) < spec.num_gpus:
-                # Even preempting every lower-queue job would not free enough; later jobs of this shape are in
-                # the same queue or lower, so they can free no more.
-                walk.block(shape)
-                continue
-            placement = self._free_for(planner, spec, strategy, q, victims, actions)
-            if placement is None:
-                if over_quota:  # the tenant's later jobs of this size or more cannot get in either
-                    walk.block(shape, quota=True)
-                    continue
-                # Later jobs of this shape can preempt no more than this one could: skip them (sensitive jobs
-                # only block sensitive ones, as insensitive ones may still fit where they did not).
-                if strict:
-                    strict_blocked[kind] = min(strict_blocked.get(kind, shape.size), shape.size)
-                else:
-                    walk.block(shape)
-                continue
-            actions.append(Launch(job_id, placement))
         return actions
-
-    def _gpus_below(self, q: int) -> int:
-        """GPUs held by running jobs of queues below ``q`` (what preempting all of them would free)."""
-        return sum(self._queue_gpus[q + 1 :])
-
-    def _free_for(
-        self,
-        planner: Planner,
-        spec: JobSpec,
-        strategy: PlacementStrategy,
-        q: int,
-        victims: Victims,
-        actions: list[Action],
-    ) -> Placement | None:
-        # Candidates: running jobs of strictly lower queues, lowest priority first.
-        found = victims.place(planner, spec, strategy, q)
-        if found is None:
-            return None
-        placement, preempted = found
-        for victim in preempted:
-            actions.append(Preempt(victim.spec.job_id, f"tiresias: {spec.job_id} is in a higher queue"))
-        return placement
