@@ -57,7 +57,7 @@ import bisect
 import csv
 import heapq
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -356,8 +356,9 @@ class TiresiasPolicy(BasePolicy):
 
     def _set_running(self, job: JobView, now_s: float | None = None) -> None:
         self._drop_running(job)
-        entry = (*self._running_key(job, now_s), job.spec.job_id)
-        self._run_entry[job.spec.job_id] = entry
+        job_id = job.spec.job_id
+        entry = (*self._running_key(job, now_s), job_id)
+        self._run_entry[job_id] = entry
         self._running.add(entry)
         self._queue_gpus[entry[0]] += job.spec.num_gpus
 
@@ -454,8 +455,6 @@ class TiresiasPolicy(BasePolicy):
         if not view.num_pending:
             self._settle_demoted()
             return Decision((), wake_at_s=wake)
-        if self._gittins is not None and self.cfg.preempt:
-            self._rerank(view, now_s)
         planner = Planner(view)
         waiting: dict[str, str] = {}
         actions = self._walk(view, planner, now_s, waiting)
@@ -485,11 +484,19 @@ class TiresiasPolicy(BasePolicy):
                 wake = when
         return Decision(tuple(actions), wake_at_s=wake, waiting=waiting)
 
-    def _rerank(self, view: ClusterView, now_s: float) -> None:
-        """Gittins: a running job's index moves with its attained service, so the running jobs are ranked again
-        at every round (the authors' simulator re-sorts every queue at every event)."""
-        for entry in list(self._running):
-            self._set_running(view.job(entry[-1]), now_s)
+    def _victims(self, view: ClusterView, now_s: float) -> Iterator[tuple[Any, str]]:
+        """Running jobs, lowest priority first, as ``(rank, job)`` for :class:`Victims`, which reads them only when a
+        waiting job does not fit on free GPUs. Under Gittins a running job's index moves with its attained service
+        (the authors' simulator re-sorts every queue at every event): they are ranked again first, at once."""
+        if self._gittins is not None:
+            entries = []
+            run_entry = self._run_entry
+            for job_id in run_entry:
+                entry = run_entry[job_id] = (*self._running_key(view.job(job_id), now_s), job_id)
+                entries.append(entry)
+            self._running = SortedList(entries)
+        for entry in reversed(self._running):
+            yield entry[:-1], entry[-1]
 
     def _settle(self, view: ClusterView, actions: list[Action]) -> None:
         """Running-first order after the round: the jobs it starts join their queue's running part in queue
@@ -550,7 +557,7 @@ class TiresiasPolicy(BasePolicy):
         actions: list[Action] = []
         victims: Victims | None = None
         if preempt and self.cfg.preempt and self._running:
-            victims = Victims(view, ((entry[:-1], entry[-1]) for entry in reversed(self._running)))
+            victims = Victims(view, self._victims(view, now_s))
         walk = PendingWalk(view)
         strict_blocks = StrictBlocks(view)
         for shape, job in walk:
