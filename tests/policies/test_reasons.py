@@ -60,3 +60,18 @@ def test_jobs_csv_has_the_last_wait_reason(tmp_path: Path) -> None:
     with (tmp_path / "jobs.csv").open() as f:
         rows = {row["job_id"]: row["last_wait_reason"] for row in csv.DictReader(f)}
     assert rows == {"a": "", "b": "waiting for 4 GPUs: 2 free"}
+
+
+def test_antman_gives_reasons_for_guaranteed_and_opportunistic_jobs() -> None:
+    # Tenant t (quota 2) holds its quota with a; its b waits for quota. o runs opportunistically beside a (one
+    # guest per GPU by default), so p finds no GPU with room left.
+    jobs = [
+        job("a", gpus=2, duration=100, tenant="t"),
+        job("b", duration=10, submit=1, tenant="t"),
+        job("o", gpus=2, duration=50, submit=2, tenant="u", opportunistic=True),
+        job("p", gpus=2, duration=10, submit=3, tenant="u", opportunistic=True),
+    ]
+    c = cluster(nodes=1, gpus=2, tenants={"t": 2, "u": 0})
+    got = reasons(run(jobs, c, make_policy("antman"), perf=FREE))
+    assert got["b"] == "tenant t at quota 2/2 GPUs"
+    assert got["p"] == "opportunistic: no 2 GPU(s) with spare memory and compute"

@@ -82,6 +82,7 @@ from corral.policies.coordinator import (
 )
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.reasons import blocked_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -201,12 +202,14 @@ class _Round:
         "touched",
         "upgraded",
         "view",
+        "waiting",
         "why",
     )
 
     def __init__(self, view: ClusterView, now_s: float) -> None:
         self.view = view
         self.now_s = now_s
+        self.waiting: dict[str, str] = {}  # why each job examined and not started waits
         self.planner = _Planner(view)
         self.caps: dict[str, int] = {}  # running opportunistic job -> planned memory cap
         self.shares: dict[str, int] = {}  # running opportunistic job -> planned share cap
@@ -454,7 +457,8 @@ class AntManPolicy(BasePolicy):
             self._place_waiting_opportunistic(rnd)
         self._dirty.clear()
         wake = self.coordinator.next_due_s() if self._coordinating else None
-        return Decision(rnd.actions(), wake_at_s=wake if wake is not None and wake > now_s else None)
+        waiting = {job_id: why for job_id, why in rnd.waiting.items() if job_id not in rnd.started}
+        return Decision(rnd.actions(), wake_at_s=wake if wake is not None and wake > now_s else None, waiting=waiting)
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -670,6 +674,9 @@ class AntManPolicy(BasePolicy):
             rnd.why.setdefault(x, f"antman coordinator: {plan.why.get(x, 'memory')}")
 
     # -- ordinary placements ----------------------------------------------------------------------------------
+    def _wait_reason(self, rnd: _Round, spec: JobSpec) -> str:
+        return blocked_reason(rnd.planner, spec, allowed_types(rnd.view, spec), self.cfg.placement)
+
     def _take_ordinary(self, rnd: _Round, spec: JobSpec) -> Placement | None:
         """Allocation for ``spec`` by ``placement``, reserving its expected memory (at most what is not reserved
         on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
@@ -768,10 +775,12 @@ class AntManPolicy(BasePolicy):
             spec = view.job(job_id).spec
             if planner.total_free() == 0 and (spec.gpu_milli == FULL_GPU_MILLI or not planner.has_partial()):
                 rnd.stopped.add(tenant)
+                rnd.waiting[job_id] = self._wait_reason(rnd, spec)
                 continue
             placement = self._take_ordinary(rnd, spec) if planner.quota_allows(spec) else None
             if placement is None:
                 rnd.stopped.add(tenant)  # first come, first served within a tenant: it waits for its head
+                rnd.waiting[job_id] = self._wait_reason(rnd, spec)
                 continue
             self._reclaim(rnd, placement.gpus, job_id)
             rnd.ordinary.append(Launch(job_id, placement))
@@ -885,6 +894,11 @@ class AntManPolicy(BasePolicy):
                     found = self._place_guest(rnd, spec)
                 if found is None:
                     blocked[kind] = shape[3] if limit is None else min(limit, shape[3])
+                    rnd.waiting[job_id] = (
+                        self._wait_reason(rnd, spec)
+                        if exclusive
+                        else f"opportunistic: no {spec.num_gpus} GPU(s) with spare memory and compute"
+                    )
             nxt = next(it, None)
             if nxt is None:
                 heapq.heappop(heap)
