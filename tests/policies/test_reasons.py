@@ -75,3 +75,9 @@ def test_antman_gives_reasons_for_guaranteed_and_opportunistic_jobs() -> None:
     got = reasons(run(jobs, c, make_policy("antman"), perf=FREE))
     assert got["b"] == "tenant t at quota 2/2 GPUs"
     assert got["p"] == "opportunistic: no 2 GPU(s) with spare memory and compute"
+
+
+def test_hived_says_when_a_tenants_share_is_full() -> None:
+    jobs = [job("a", gpus=2, duration=100, tenant="t"), job("b", duration=10, submit=1, tenant="t")]
+    c = cluster(nodes=1, gpus=4, tenants={"t": 2, "u": 2})
+    assert reasons(run(jobs, c, make_policy("hived:cells=false"), perf=FREE))["b"] == "quota of t full"

@@ -839,6 +839,7 @@ class HivedPolicy(BasePolicy):
         if not self._hi_q and not self._lo_q:
             return Decision.NOTHING
         actions: list[Action] = []
+        waiting: dict[str, str] = {}  # why each job examined and not started waits
         added: dict[str, int] = {}  # guaranteed milli-GPUs launched (+) and preempted (-) this round, per tenant
         if self._hi_q:
             launched: list[str] = []
@@ -846,11 +847,15 @@ class HivedPolicy(BasePolicy):
             walk = _Walk(self._hi_q)
             for key, job_id in walk:
                 job = view.job(job_id)
+                tenant = job.spec.tenant
+                where = f"virtual cluster of {tenant}" if self.cfg.cells else f"quota of {tenant}"
                 if not self._quota_ok(view, job, added):
+                    waiting[job_id] = f"{where} full"
                     walk.block_vc(key, everything=not self.cfg.backfill)
                     continue
                 gpus, own = self._place_high(view, job)
                 if gpus is None:
+                    waiting[job_id] = f"no free cell of {job.spec.num_gpus} GPU(s) for the {where}"
                     if not self.cfg.backfill:
                         walk.block_vc(key, everything=True)
                     else:
@@ -883,9 +888,11 @@ class HivedPolicy(BasePolicy):
                     break
                 job = view.job(job_id)
                 if not self._quota_ok(view, job, added):
+                    waiting[job_id] = f"quota of {job.spec.tenant} full"
                     continue  # a guaranteed job of a tenant with a quota and no cells: rare, not worth a block
                 gpus = self._place_low(view, job)
                 if gpus is None:
+                    waiting[job_id] = f"low priority: no idle cell of {job.spec.num_gpus} GPU(s)"
                     if not self.cfg.backfill:
                         break
                     walk.block_kind(key)
@@ -894,7 +901,7 @@ class HivedPolicy(BasePolicy):
                 launched.append(job_id)
             for job_id in launched:
                 self._lo_q.remove(job_id)
-        return Decision(tuple(actions))
+        return Decision(tuple(actions), waiting=waiting)
 
     def _launch(self, actions: list[Action], added: dict[str, int], job: JobView, gpus: list[int], high: bool) -> None:
         spec = job.spec
