@@ -81,3 +81,10 @@ def test_hived_says_when_a_tenants_share_is_full() -> None:
     jobs = [job("a", gpus=2, duration=100, tenant="t"), job("b", duration=10, submit=1, tenant="t")]
     c = cluster(nodes=1, gpus=4, tenants={"t": 2, "u": 2})
     assert reasons(run(jobs, c, make_policy("hived:cells=false"), perf=FREE))["b"] == "quota of t full"
+
+
+def test_themis_gives_reasons_for_the_jobs_it_examined() -> None:
+    # t's quota is 1: c waits for it while GPUs are free.
+    jobs = [job("a", duration=100, tenant="t"), job("c", duration=10, submit=1, tenant="t")]
+    c = cluster(nodes=1, gpus=4, tenants={"t": 1, "u": 3})
+    assert reasons(run(jobs, c, make_policy("themis"), perf=FREE))["c"] == "tenant t at quota 1/1 GPUs"

@@ -73,6 +73,7 @@ from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
 
@@ -312,8 +313,12 @@ class ThemisPolicy(BasePolicy):
             if planner.total_free() == 0 and not planner.has_partial():
                 return self._decision(view, [], now_s)  # nothing free, and no lease ends now
             if view.num_pending == 1:
-                launch = self._try_free(view, planner, next(view.pending()).spec)  # nothing to rank
-                return self._decision(view, [] if launch is None else [launch], now_s)
+                spec = next(view.pending()).spec
+                launch = self._try_free(view, planner, spec)  # nothing to rank
+                if launch is not None:
+                    return self._decision(view, [launch], now_s)
+                why = blocked_reason(planner, spec, allowed_types(view, spec), cfg.placement)
+                return self._decision(view, [], now_s, {spec.job_id: why})
 
         rows = self._active.rows[: self._active.n]
         # G is the cluster's GPUs that are up: while nodes are down, an equal share is of what is left (§3.2's 1/N
@@ -327,7 +332,8 @@ class ThemisPolicy(BasePolicy):
             # than everything free cannot start: leave it out before ranking.
             fits = (rows[pending, _WHOLE] == 0.0) | (rows[pending, _GPUS] <= capacity)
             order = self._in_rank_order(est, rows, pending[fits], tenant_pos)
-            return self._decision(view, self._allocate(view, planner, order, {}, 0), now_s)
+            waiting: dict[str, str] = {}
+            return self._decision(view, self._allocate(view, planner, order, {}, 0, waiting), now_s, waiting)
 
         expired = np.flatnonzero(est.running & (rows[:, _START] <= now_s - lease + _EPS_S))
         contenders = np.concatenate((pending, expired))
@@ -344,15 +350,23 @@ class ThemisPolicy(BasePolicy):
         ranked = ranked[fits]
         positions = np.flatnonzero(est.running[ranked])
         running = dict(zip(positions.tolist(), ranked[positions].tolist(), strict=True))
-        return self._decision(view, self._allocate(view, planner, _lazy(ranked), running, bidders), now_s)
+        waiting = {}
+        actions = self._allocate(view, planner, _lazy(ranked), running, bidders, waiting)
+        return self._decision(view, actions, now_s, waiting)
 
     def _allocate(
-        self, view: ClusterView, planner: Planner, order: Iterator[int], running: dict[int, int], bidders: int
+        self,
+        view: ClusterView,
+        planner: Planner,
+        order: Iterator[int],
+        running: dict[int, int],
+        bidders: int,
+        waiting: dict[str, str],
     ) -> list[Action]:
         """Walk the contenders' rows in ``order``; ``running`` maps the positions of running contenders (whose
         lease ended) to their rows. The first ``bidders`` may preempt running contenders that come after them
         (the last first); the rest take only what is free. A running contender that nobody displaced keeps its
-        GPUs: its lease is renewed where it is."""
+        GPUs: its lease is renewed where it is. ``waiting`` gets why each job examined and not placed waits."""
         ids = self._active.ids
         strategy = self.cfg.placement
         actions: list[Action] = []
@@ -370,16 +384,18 @@ class ThemisPolicy(BasePolicy):
             spec = view.job(ids[row]).spec
             if blocked.has(spec):
                 continue
+            types = allowed_types(view, spec)
             if not planner.quota_allows(spec):
+                waiting[spec.job_id] = quota_reason(planner, spec)
                 blocked.add(spec, quota=True)
                 continue
-            types = allowed_types(view, spec)
             placement = None
             if spec.gpu_milli < FULL_GPU_MILLI or any(planner.type_free(t) >= spec.num_gpus for t in types):
                 placement = place(planner, spec, strategy, types)
             if placement is None and can_preempt:
                 placement = self._displace(view, planner, spec, types, running, pos, victims, taken, actions)
             if placement is None:
+                waiting[spec.job_id] = fit_reason(planner, spec, types, strategy)
                 blocked.add(spec)
                 continue
             actions.append(Launch(spec.job_id, placement))
@@ -448,21 +464,24 @@ class ThemisPolicy(BasePolicy):
             launches.popleft()
         return math.inf
 
-    def _decision(self, view: ClusterView, actions: list[Action], now_s: float) -> Decision:
+    def _decision(
+        self, view: ClusterView, actions: list[Action], now_s: float, waiting: dict[str, str] | None = None
+    ) -> Decision:
         """``actions``, with a wake-up for the next lease round if a job will still be waiting then."""
         launched = sum(1 for a in actions if type(a) is Launch)
         preempted = len(actions) - launched
+        why = waiting if waiting is not None else {}
         if view.num_pending - launched + preempted <= 0:
-            return Decision(tuple(actions)) if actions else Decision.NOTHING
+            return Decision(tuple(actions), waiting=why) if actions or why else Decision.NOTHING
         lease = self.cfg.lease_s
         oldest = self._oldest_start()
         if launched:
             oldest = min(oldest, now_s)
         if math.isinf(oldest):
-            return Decision(tuple(actions)) if actions else Decision.NOTHING
+            return Decision(tuple(actions), waiting=why) if actions or why else Decision.NOTHING
         next_round = (math.floor(now_s / lease + 1e-9) + 1) * lease
         expiry = math.ceil((oldest + lease) / lease - 1e-9) * lease
-        return Decision(tuple(actions), wake_at_s=max(next_round, expiry))
+        return Decision(tuple(actions), wake_at_s=max(next_round, expiry), waiting=why)
 
 
 def _lazy(rows: np.ndarray) -> Iterator[int]:
