@@ -88,3 +88,9 @@ def test_themis_gives_reasons_for_the_jobs_it_examined() -> None:
     jobs = [job("a", duration=100, tenant="t"), job("c", duration=10, submit=1, tenant="t")]
     c = cluster(nodes=1, gpus=4, tenants={"t": 1, "u": 3})
     assert reasons(run(jobs, c, make_policy("themis"), perf=FREE))["c"] == "tenant t at quota 1/1 GPUs"
+
+
+def test_iadeep_gives_reasons() -> None:
+    jobs = [job("a", gpus=3, duration=100, tenant="t"), job("b", gpus=2, duration=10, submit=1, tenant="t")]
+    c = cluster(nodes=1, gpus=4, tenants={"t": 3, "u": 1})
+    assert reasons(run(jobs, c, make_policy("iadeep"), perf=FREE))["b"] == "tenant t at quota 3/3 GPUs"

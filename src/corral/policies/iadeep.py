@@ -72,6 +72,7 @@ from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocati
 from corral.policies.interference import InterferencePredictor, JobFeatures, gavel_features, job_features
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.reasons import fit_reason, quota_reason
 from corral.policies.registry import register_policy
 from corral.policies.tuner import Config as Sizes
 from corral.policies.tuner import GroupTuner, MemoryCurve, TunerConfig, config_grid, degradation
@@ -199,11 +200,13 @@ class _Round:
         "shrink",
         "touched",
         "view",
+        "waiting",
     )
 
     def __init__(self, view: ClusterView, now_s: float) -> None:
         self.view = view
         self.now_s = now_s
+        self.waiting: dict[str, str] = {}  # why each job examined and not started waits
         self.planner = _Planner(view)
         self.actions: list[Action] = []
         self.reserve: dict[str, int] = {}  # job -> memory reservation as planned
@@ -367,7 +370,7 @@ class IADeepPolicy(BasePolicy):
             # right-sized in a round, and telemetry alone does not call one).
             soon = now_s + _MEASURE_AFTER_S
             wake = soon if wake is None else min(wake, soon)
-        return Decision(tuple(rnd.actions), wake_at_s=wake)
+        return Decision(tuple(rnd.actions), wake_at_s=wake, waiting=rnd.waiting)
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -787,6 +790,7 @@ class IADeepPolicy(BasePolicy):
             job = view.job(entry[2])
             placed = self._place_one(rnd, job) if colocatable(job.spec) else self._place_other(rnd, job)
             if not placed:
+                rnd.waiting[job.spec.job_id] = self._wait_reason(rnd, job)
                 self._failed[kind] = self._epoch
                 heapq.heappop(heap)
                 continue
@@ -795,6 +799,15 @@ class IADeepPolicy(BasePolicy):
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (nxt, i, kind))
+
+    def _wait_reason(self, rnd: _Round, job: JobView) -> str:
+        spec = job.spec
+        planner = rnd.planner
+        if not planner.quota_allows(spec):
+            return quota_reason(planner, spec)
+        if colocatable(spec):
+            return "waiting for an idle GPU or a co-location worth its interference"
+        return fit_reason(planner, spec, allowed_types(rnd.view, spec), PlacementStrategy.CONSOLIDATED)
 
     def _place_other(self, rnd: _Round, job: JobView) -> bool:
         """A gang or a fractional job: whole GPUs (or its share), consolidated, never co-located."""
