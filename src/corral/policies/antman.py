@@ -914,7 +914,9 @@ class AntManPolicy(BasePolicy):
         margin = cfg.mem_margin_mib
         for t in allowed_types(rnd.view, spec):
             need = expected_mem_mib(spec, topo.type_mem_mib[t])
-            least = max(1, math.ceil(cfg.min_mem_fraction * need))
+            least = max(
+                1 if need else 0, math.ceil(cfg.min_mem_fraction * need)
+            )  # a job needing no memory fits anywhere
             by_node: dict[int, list[int]] = {}
             pool: list[int] = []
             fits: dict[int, tuple[int, int, bool]] = {}  # GPU -> (memory cap, share room, held)

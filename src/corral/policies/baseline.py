@@ -32,7 +32,7 @@ from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capaci
 from corral.policies.fragmentation import FragmentationScorer
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
-from corral.policies.preemption import Victims
+from corral.policies.preemption import Victims, place_on_free
 from corral.policies.queue import PendingWalk, StrictBlocks
 from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.registry import register_policy
@@ -265,6 +265,14 @@ class SrtfPolicy(BasePolicy):
                 for action in more:
                     waiting.pop(action.job_id, None)
                 actions += more
+                # A victim that fits on what is still free moves there at once (a migration) rather than waiting
+                # beside idle GPUs for the next round; the shortest first.
+                stopped = [view.job(a.job_id) for a in preempting if isinstance(a, Preempt)]
+                stopped.sort(key=lambda job: (_remaining(job), job.spec.submit_s))
+                for job in stopped:
+                    placement = place_on_free(view, planner, job.spec, cfg.placement)
+                    if placement is not None:
+                        actions.append(Launch(job.spec.job_id, placement))
         return Decision(tuple(actions), waiting=waiting)
 
     def _preemptions(

@@ -179,6 +179,17 @@ class Victims:
         return placement, needed
 
 
+def place_on_free(view: ClusterView, planner: Planner, spec: JobSpec, strategy: PlacementStrategy) -> Placement | None:
+    """Where ``spec`` fits on what the planner has free (its tenant's quota allowing), or ``None``: for a victim
+    that can move to GPUs the round left idle instead of waiting for the next round."""
+    if not planner.quota_allows(spec):
+        return None
+    types = allowed_types(view, spec)
+    if spec.gpu_milli == FULL_GPU_MILLI and not any(planner.type_free(t) >= spec.num_gpus for t in types):
+        return None
+    return place(planner, spec, strategy, types)
+
+
 def place_by_preempting(
     view: ClusterView,
     planner: Planner,

@@ -73,6 +73,7 @@ from corral.core.placement import Placement
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
+from corral.policies.preemption import place_on_free
 from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.registry import register_policy
 from corral.policies.view import ClusterView
@@ -399,6 +400,12 @@ class ThemisPolicy(BasePolicy):
                 blocked.add(spec)
                 continue
             actions.append(Launch(spec.job_id, placement))
+        # A contender displaced from GPUs its winner needed moves to what is still free at once (a migration)
+        # rather than waiting beside idle GPUs for the next lease round.
+        for victim_id in [a.job_id for a in actions if type(a) is Preempt]:
+            moved = place_on_free(view, planner, view.job(victim_id).spec, strategy)
+            if moved is not None:
+                actions.append(Launch(victim_id, moved))
         return actions
 
     def _displace(

@@ -73,7 +73,7 @@ from corral.core.models import traits
 from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
 from corral.policies.placement import PlacementStrategy, place
 from corral.policies.planner import Planner
-from corral.policies.preemption import Victims
+from corral.policies.preemption import Victims, place_on_free
 from corral.policies.queue import PendingWalk, StrictBlocks
 from corral.policies.reasons import blocked_reason, fit_reason
 from corral.policies.registry import register_policy
@@ -466,6 +466,14 @@ class TiresiasPolicy(BasePolicy):
             for action in more:
                 waiting.pop(action.job_id, None)
             actions += more
+            # A victim that fits on what is still free moves there at once (a migration: Preempt then Launch in
+            # one decision) rather than waiting beside idle GPUs for the next round.
+            stopped = [view.job(a.job_id) for a in actions if isinstance(a, Preempt)]
+            stopped.sort(key=lambda job: self._running_key(job, now_s))
+            for job in stopped:
+                placement = place_on_free(view, planner, job.spec, self._strategy(job.spec))
+                if placement is not None:
+                    actions.append(Launch(job.spec.job_id, placement))
         self._settle(view, actions)
         # The engine applies the actions after this returns, so ask now for the timers they will need.
         starving = self.cfg.starvation_knob > 0  # else a preempted job is never promoted: no timer for it
