@@ -27,6 +27,7 @@ from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import read_tiresias
+from golden import GANDIVA_COUNTS, SIXTY_METRICS, clusters_of
 
 PERF = PerfModel(restore_s=30.0, suspend_resume_s=2.0)
 R18 = "ResNet-18 (batch size 64)"  # googlenet's stand-in
@@ -324,28 +325,17 @@ def test_the_reservation_stops_backfilling_past_a_job_that_waited_too_long() -> 
     assert spans(held)["s0"] == (2.0, 152.0) and spans(held)["s1"][0] == 1100.0  # after big (100 s)
 
 
-# -- golden metrics on the Tiresias 60-job trace --------------------------------------------------------------
-# The trace names each job's model; the 2x4 cluster (8 GPUs) contends, n32g4 (128 GPUs) never does, so there
-# gandiva is FIFO with backfilling: every job runs at submission for exactly its duration.
-GOLDEN = {
-    "n32g4": dict(avg_jct_s=178.417, p50_jct_s=125.0, p95_jct_s=308.15, p99_jct_s=1054.24, avg_queueing_s=0.0,
-                  makespan_s=3271.0, gpu_alloc_util=0.063589, preemptions=0),
-    # 31 time-slice suspends, 5 packs (googlenet beside ResNet-50 stand-ins: the only pairs of this trace's
-    # models that gain on the V100 column), 2 re-seats, 5 migrations (defragmentation for 4-GPU jobs).
-    "2x4": dict(avg_jct_s=752.276, p50_jct_s=161.0, p95_jct_s=3495.673, p99_jct_s=3713.976, avg_queueing_s=561.068,
-                makespan_s=4626.936, gpu_alloc_util=0.687017, preemptions=40),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("cluster_name", sorted(GOLDEN))
+# -- golden metrics on the Tiresias 60-job trace (golden.SIXTY_METRICS, golden.GANDIVA_COUNTS) ---------------------
+@pytest.mark.parametrize("cluster_name", clusters_of("gandiva"))
 def test_golden_metrics_on_the_tiresias_trace(cluster_name: str) -> None:
     trace = read_tiresias(data_file("tiresias", "60_job.csv"))
     policy = make_policy("gandiva")
     result = simulate(trace, load_cluster(cluster_name), policy, check_invariants=True)
     assert result.summary["jobs_finished"] == 60
     assert result.summary["jobs_unschedulable"] == 0
-    for key, value in GOLDEN[cluster_name].items():
+    for key, value in SIXTY_METRICS[("gandiva", cluster_name)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
     assert isinstance(policy, GandivaPolicy)
-    expected = {"suspend": 31, "pack": 5, "unpack": 0, "reseat": 2, "migrate": 5} if cluster_name == "2x4" else {}
+    expected = GANDIVA_COUNTS[cluster_name]
     assert {k: v for k, v in policy.counts.items() if v} == {k: v for k, v in expected.items() if v}
+

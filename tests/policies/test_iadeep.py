@@ -32,6 +32,7 @@ from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import read_tiresias
+from golden import IADEEP_COLOCATIONS, SIXTY_METRICS, clusters_of
 
 EXACT = PerfModel(usage_spread=0.0, demand_variation=0.0)
 V100 = "v100"
@@ -439,24 +440,15 @@ def test_gangs_and_fractional_jobs_are_never_co_located() -> None:
     ]
 
 
-# Golden figures on the Tiresias 60-job trace (default options and performance model). On n32g4 nothing contends:
-# every single-GPU job finds an idle GPU, as under FIFO. On 2x4: 4 co-locations (three of a VGG beside googlenet,
-# the ResNet-18 stand-in; one of two AlexNets, small enough to share a GPU's memory), each re-seating its resident.
-GOLDEN = {
-    "n32g4": dict(avg_jct_s=178.417, p50_jct_s=125.0, p95_jct_s=308.15, p99_jct_s=1054.24, avg_queueing_s=0.0,
-                  makespan_s=3271.0, gpu_alloc_util=0.063589, preemptions=0),
-    "2x4": dict(avg_jct_s=742.188, p50_jct_s=193.435, p95_jct_s=3388.05, p99_jct_s=3419.28, avg_queueing_s=550.526,
-                makespan_s=4806.0, gpu_alloc_util=0.719244, preemptions=8),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("cluster_name", sorted(GOLDEN))
+# Golden figures on the Tiresias 60-job trace (default options and performance model): golden.SIXTY_METRICS and
+# golden.IADEEP_COLOCATIONS.
+@pytest.mark.parametrize("cluster_name", clusters_of("iadeep"))
 def test_golden_metrics_on_the_tiresias_trace(cluster_name: str) -> None:
     trace = read_tiresias(data_file("tiresias", "60_job.csv"))
     policy = make_policy("iadeep")
     result = simulate(trace, load_cluster(cluster_name), policy, check_invariants=True)
     assert result.summary["jobs_finished"] == 60
-    for key, value in GOLDEN[cluster_name].items():
+    for key, value in SIXTY_METRICS[("iadeep", cluster_name)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
     assert isinstance(policy, IADeepPolicy)
-    assert policy.counts["colocate"] == (4 if cluster_name == "2x4" else 0)
+    assert policy.counts["colocate"] == IADEEP_COLOCATIONS[cluster_name]

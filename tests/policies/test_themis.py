@@ -26,6 +26,7 @@ from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import read_tiresias
+from golden import SIXTY_METRICS, clusters_of
 
 FREE = PerfModel(restore_s=0.0)
 
@@ -280,25 +281,13 @@ def test_placement_preference(placement: str, w_launch: str) -> None:
     assert [line for line in log(result) if " launch w " in line] == [w_launch]
 
 
-# -- golden metrics on the Tiresias 60-job trace ------------------------------------------------------------
-# On n32g4 (128 GPUs) nothing contends: every job runs at submission for its trace duration, as under FIFO, and
-# every rho is 1. On 2x4 (8 GPUs) jobs queue; with the default 10-minute leases one lease is ever taken back.
-GOLDEN = {
-    "n32g4": dict(avg_jct_s=178.417, p50_jct_s=125.0, p95_jct_s=308.15, p99_jct_s=1054.24, avg_queueing_s=0.0,
-                  makespan_s=3271.0, gpu_alloc_util=0.063589, preemptions=0, max_rho=1.0, p50_rho=1.0, p90_rho=1.0,
-                  p99_rho=1.0, jain_rho_tenants=1.0),
-    "2x4": dict(avg_jct_s=718.413, p50_jct_s=183.5, p95_jct_s=3365.55, p99_jct_s=3611.05, avg_queueing_s=531.562,
-                makespan_s=4836.0, gpu_alloc_util=0.731619, preemptions=1, max_rho=2.0525, p50_rho=0.7596,
-                p90_rho=1.7491, p99_rho=2.0001, jain_rho_tenants=1.0),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("cluster_name", sorted(GOLDEN))
+# -- golden metrics on the Tiresias 60-job trace (golden.SIXTY_METRICS) -------------------------------------------
+@pytest.mark.parametrize("cluster_name", clusters_of("themis"))
 def test_golden_metrics(cluster_name: str) -> None:
     trace = read_tiresias(data_file("tiresias", "60_job.csv"))
     result = simulate(trace, load_cluster(cluster_name), make_policy("themis"), check_invariants=True)
     assert result.summary["jobs_finished"] == 60
-    for key, value in GOLDEN[cluster_name].items():
+    for key, value in SIXTY_METRICS[("themis", cluster_name)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
 
 

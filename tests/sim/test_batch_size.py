@@ -43,6 +43,7 @@ from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import parse_columns, read_csv
 from corral.sim.workload import WorkloadSpec, build_trace
+from golden import DECISION_DIGESTS
 
 R18 = traits("resnet18")
 QUIET = PerfModel(usage_spread=0.0, demand_variation=0.0)
@@ -318,24 +319,7 @@ def test_the_executor_re_rates_a_job_and_its_packed_partner_when_a_batch_size_ch
 
 
 # -- nothing changes for those who do not use batch sizes -----------------------------------------------------------
-# SHA-256 (first 16 hex digits) of each replay's rendered decision log followed by every job's end time and work
-# done, computed with the code as it was before batch sizes existed (commit 2e4562e). Regenerate only for a change
-# meant to alter these policies' decisions.
-DECISION_DIGESTS = {
-    "sixty/fifo": "95ad5ab03e71094f",
-    "sixty/sjf": "56e975d17d176cc1",
-    "sixty/srtf": "d74a732c6b800b86",
-    "sixty/yarn-cs": "95ad5ab03e71094f",
-    "sixty/tiresias": "af5cea670799e584",
-    "sixty/tiresias:priority=gittins": "af5cea670799e584",
-    "sixty/gandiva": "825cb3360acd4ac8",
-    "sixty/themis": "cb7968cc79bb315b",
-    "sixty/antman": "19c2dcd827d1a4fa",
-    "sixty/gandiva+noise": "1e9f8029eff766a9",
-    "openb/antman": "1116bb90c53c3202",
-    "openb/antman:coordinator=false": "9a88e4d08606326d",
-    "openb/gandiva": "ac60464836d248b8",
-}
+# The digests (golden.DECISION_DIGESTS) were computed with the code as it was before batch sizes existed.
 
 
 def _digest(policy: str, spec: WorkloadSpec, cluster_name: str, quotas: str | None, perf: PerfModel | None) -> str:

@@ -14,6 +14,7 @@ from corral.sim.data import data_file
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.trace import Trace
 from corral.sim.traces import read_openb, read_philly, read_tiresias
+from golden import SIXTY_METRICS
 
 
 def _sixty() -> Trace:
@@ -28,30 +29,18 @@ def _times(result: SimulationResult) -> dict[str, tuple[float | None, float | No
     return {j.spec.job_id: (j.first_start_s, j.end_s) for j in result.jobs}
 
 
-# Golden figures. On n32g4 (128 GPUs) the 60 jobs never contend, so every job runs at submission for exactly
-# its trace duration and FIFO and SJF agree; on 2x4 (8 GPUs) they queue and the policies differ.
-GOLDEN = {
-    ("fifo", "n32g4"): dict(avg_jct_s=178.417, p50_jct_s=125.0, p95_jct_s=308.15, p99_jct_s=1054.24,
-                            avg_queueing_s=0.0, makespan_s=3271.0, gpu_alloc_util=0.063589),
-    ("sjf", "n32g4"): dict(avg_jct_s=178.417, p50_jct_s=125.0, p95_jct_s=308.15, p99_jct_s=1054.24,
-                           avg_queueing_s=0.0, makespan_s=3271.0, gpu_alloc_util=0.063589),
-    ("fifo", "2x4"): dict(avg_jct_s=1556.483, p50_jct_s=1415.5, p95_jct_s=3897.65, p99_jct_s=3979.89,
-                          avg_queueing_s=1378.067, makespan_s=5747.0, gpu_alloc_util=0.579085),
-    # SJF spreads some 2-GPU jobs over both nodes; their models' own spread rates apply (VGG at 0.5: with one
-    # rate of 0.8 for every model, avg_jct_s was 705.521).
-    ("sjf", "2x4"): dict(avg_jct_s=735.736, p50_jct_s=182.5, p95_jct_s=3838.4, p99_jct_s=4223.17,
-                         avg_queueing_s=548.205, makespan_s=4835.0, gpu_alloc_util=0.734655),
-}  # fmt: skip
+# Golden figures (golden.SIXTY_METRICS) for FIFO and SJF.
+REPLAYS = sorted(key for key in SIXTY_METRICS if key[0] in ("fifo", "sjf"))
 
 
-@pytest.mark.parametrize(("policy", "cluster"), sorted(GOLDEN))
+@pytest.mark.parametrize(("policy", "cluster"), REPLAYS)
 def test_golden_metrics(policy: str, cluster: str) -> None:
     result = _run(policy, cluster)
     assert result.summary["jobs_total"] == 60
     assert result.summary["jobs_finished"] == 60
     assert result.summary["jobs_unschedulable"] == 0
     assert result.summary["preemptions"] == 0
-    for key, value in GOLDEN[(policy, cluster)].items():
+    for key, value in SIXTY_METRICS[(policy, cluster)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
 
 
