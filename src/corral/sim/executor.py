@@ -18,6 +18,16 @@ and its completion re-predicted at the new one. The superseded ``JobFinished`` s
 (``EventSink.observe_rate``) as the job's speed relative to running alone, and, when the policy reads telemetry,
 a :class:`~corral.core.telemetry.Telemetry` record made from the model (``EventSink.report``).
 
+Progress: a run's progress is ``done_s`` at ``start_s`` plus the time since times its rate, and it is settled
+(``done_s`` brought up to now, ``start_s`` moved to now) only when its rate changes or the run ends, never at an
+event that leaves its speed as it was (a demand change of a job alone, or packed at table rates; a forced
+re-rate to the same speed). Each stretch of constant speed is thus one product, so the sums, and every
+completion predicted from them, depend only on when the speed changed, not on which other events happened in
+between: ``dt1 * r + dt2 * r`` and ``(dt1 + dt2) * r`` differ in the last bits, and a demand change comes at a
+time drawn from the perf model's ``seed``, so settling there made ``--perf seed`` move the completions, hence the
+schedules, of policies that use none of the seeded draws (issue 15). For the same reason an unchanged prediction
+keeps the ``JobFinished`` already queued rather than queue an equal one behind the events due at that instant.
+
 Batch size: a run trains at ``job.batch_size`` (``SetBatchSize``; ``None`` = its model's reference). Its rate is
 the performance model's rate times its goodput ratio at that batch size (:meth:`BoundPerfModel.batch_rate`), and
 its profile and pair interference are those at that batch size (:mod:`corral.sim.sharing`). A change while it
@@ -67,9 +77,11 @@ class _Run:
         "checkpoint_s",
         "demand",
         "demand_event",
+        "demand_event_s",
         "done_s",
         "epoch",
         "event",
+        "event_s",
         "factor",
         "opportunistic",
         "packed",
@@ -93,6 +105,7 @@ class _Run:
         self.base_rate = rate
         self.factor = 1.0
         self.event: JobFinished | None = None
+        self.event_s = 0.0  # when ``event`` is due (meaningless while it is None)
         self.profile = p
         self.run_s = 0.0
         self.solo_s = 0.0
@@ -103,6 +116,7 @@ class _Run:
         self.spill = 1.0
         self.switch: tuple[float, float] | None = None  # (work done at which demand changes, factor)
         self.demand_event: DemandChanged | None = None
+        self.demand_event_s = 0.0  # when ``demand_event`` is due
         self.batch: int | None = None  # batch size it trains at (None: its model's reference)
         self.demand = 1.0  # the demand change applied to its profile so far (1.0: none yet)
         self.checkpoint_s = done_s  # progress of the last explicit checkpoint (the one it started from)
@@ -119,7 +133,11 @@ class _Run:
             self.activity = self.spill = 1.0
 
     def settle(self, now_s: float) -> None:
-        """Count the progress made up to ``now_s`` (nothing while the start-up cost is still being paid)."""
+        """Count the progress made up to ``now_s`` (nothing while the start-up cost is still being paid).
+
+        Called only where the run's rate is about to change or the run ends (see "Progress" in the module
+        docstring): a settle at a time when nothing changes would split a constant-rate stretch in two, and
+        ``dt1 * r + dt2 * r`` is not ``(dt1 + dt2) * r`` in floating point."""
         if now_s > self.start_s:
             dt = now_s - self.start_s
             self.done_s += dt * self.base_rate * self.factor
@@ -270,8 +288,8 @@ class SimExecutor:
         run = self._runs[job.spec.job_id]
         after = job.placement
         assert after is not None
-        run.settle(now_s)
         if set(after.gpus) != set(before.gpus):  # an upgrade onto other GPUs: a migration
+            run.settle(now_s)
             self._leave(run, now_s, keep_times=True)
             run.start_s = now_s + self.perf.model.restore_s
             rate = self.perf.rate(run.spec, after)
@@ -285,6 +303,7 @@ class SimExecutor:
             run.seat(after, self.perf.model.spill_penalty)
             self._enter(run, now_s)
             return
+        # Same GPUs, same base rate: only the throttles may change, and _rerate settles the run if its speed does.
         before_partners = self._partners(run)
         run.seat(after, self.perf.model.spill_penalty)
         now_partners = self._partners(run)
@@ -293,10 +312,9 @@ class SimExecutor:
         self._rerate(now_partners, now_s)
 
     def batch_size_changed(self, job: JobStatus, now_s: float, before: int | None) -> None:
-        """``job`` trains at ``job.batch_size`` from now on: settle it, then re-rate it (goodput, profile, pair
-        interference at the new size) and the jobs it interacts with."""
+        """``job`` trains at ``job.batch_size`` from now on: settle it if its rate changes, then re-rate it (goodput,
+        profile, pair interference at the new size) and the jobs it interacts with."""
         run = self._runs[job.spec.job_id]
-        run.settle(now_s)
         batch = job.batch_size
         run.batch = batch
         spec = run.spec
@@ -304,7 +322,9 @@ class SimExecutor:
         rate = self.perf.rate(spec, run.placement)
         if batch is not None:
             rate *= self.perf.batch_rate(spec, gpu, batch)
-        run.base_rate = rate
+        if rate != run.base_rate:
+            run.settle(now_s)  # at the old rate (a change of factor is settled by _rerate the same way)
+            run.base_rate = rate
         profile = self.perf.profile(spec, gpu, batch)
         if run.demand != 1.0:
             profile = scaled(profile, run.demand, self.perf.topo.gpu_mem_mib[gpu])
@@ -328,7 +348,8 @@ class SimExecutor:
     def demand_changed(self, job: JobStatus, now_s: float) -> None:
         run = self._runs[job.spec.job_id]
         assert run.switch is not None
-        run.settle(now_s)
+        # Not settled here: the change comes at a seeded time, and its speed often stays the same (alone, or
+        # packed at table rates); _rerate settles it if its speed does change.
         factor = run.switch[1]
         run.switch = None
         run.demand_event = None
@@ -409,12 +430,19 @@ class SimExecutor:
         if rate <= 0:
             run.event = run.demand_event = None
             return
-        remaining = max(0.0, run.spec.duration_s - run.done_s)
-        run.event = JobFinished(run.spec.job_id, run.epoch)
-        self._sink.schedule(run.start_s + remaining / rate, run.event)
+        # An unchanged prediction keeps its queued event: a new one would come after the others due at the same
+        # instant, and their order would then depend on whether the job was re-rated to the same speed.
+        at = run.start_s + max(0.0, run.spec.duration_s - run.done_s) / rate
+        if run.event is None or at != run.event_s:
+            run.event = JobFinished(run.spec.job_id, run.epoch)
+            run.event_s = at
+            self._sink.schedule(at, run.event)
         if run.switch is not None:
-            run.demand_event = DemandChanged(run.spec.job_id, run.epoch)
-            self._sink.schedule(run.start_s + max(0.0, run.switch[0] - run.done_s) / rate, run.demand_event)
+            at = run.start_s + max(0.0, run.switch[0] - run.done_s) / rate
+            if run.demand_event is None or at != run.demand_event_s:
+                run.demand_event = DemandChanged(run.spec.job_id, run.epoch)
+                run.demand_event_s = at
+                self._sink.schedule(at, run.demand_event)
 
     def _full_rates(self, a: _Run, b: _Run, gpu: int) -> tuple[float, float]:
         """Full-activity rates of ``a`` and ``b`` together on ``gpu`` (cached per pair and GPU type)."""
@@ -473,9 +501,11 @@ class SimExecutor:
             if run is None:
                 continue
             factor = self._factor(run)
-            if factor != run.factor or force:
-                run.settle(now_s)
-                run.factor = factor
+            changed = factor != run.factor
+            if changed or force:
+                if changed:  # settled only when its speed changes (see _Run.settle)
+                    run.settle(now_s)
+                    run.factor = factor
                 self._predict(run)
                 sink.observe_rate(job_id, factor)
                 self._report(run, now_s)
