@@ -6,6 +6,11 @@ simulator's, event for event (DESIGN, "What must stay true"). Each job progresse
 simulator agrees when its performance model is neutral (no locality penalty, no restore or resume cost, no
 sharing), which is how the parity test configures it.
 
+Every job is movable in the simulator (it keeps its progress wherever it resumes). A live job is movable once its
+run says it checkpoints (``Hello(checkpoints=True)``, sent by :mod:`corral.job` with a checkpoint directory); with
+``checkpoints=True`` each run the virtual agent starts says so at once, so that policies that move or resume jobs
+elsewhere (Gandiva's migrations and time slices) see the jobs as the simulator does.
+
 Reports come out in virtual time: :meth:`VirtualAgent.next_report_s` says when the next one is due and
 :meth:`VirtualAgent.reports_due` hands over those due by then; the controller's :meth:`run_virtual` merges them
 with the engine's own events.
@@ -21,7 +26,7 @@ from pathlib import Path
 from corral.core import contract
 from corral.core.errors import CorralError
 from corral.engine.clock import Clock
-from corral.live.agent import AgentReport, LaunchRequest, ProcessExited, ProcessStarted, StopRequest
+from corral.live.agent import AgentReport, JobSaid, LaunchRequest, ProcessExited, ProcessStarted, StopRequest
 from corral.live.agent.gpus import GpuInfo
 from corral.live.agent.processes import read_chunk
 
@@ -33,12 +38,20 @@ class _Run:
 
 
 class VirtualAgent:
-    """Runs each job for ``durations[job_id]`` seconds of work on ``clock``."""
+    """Runs each job for ``durations[job_id]`` seconds of work on ``clock``; with ``checkpoints``, each run says
+    hello as a job that checkpoints (see the module docstring)."""
 
     def __init__(
-        self, gpus: Sequence[GpuInfo], durations: Mapping[str, float], clock: Clock, log_dir: Path | None = None
+        self,
+        gpus: Sequence[GpuInfo],
+        durations: Mapping[str, float],
+        clock: Clock,
+        log_dir: Path | None = None,
+        *,
+        checkpoints: bool = False,
     ) -> None:
         self._gpus = tuple(gpus)
+        self._checkpoints = checkpoints
         self._durations = durations
         self._clock = clock
         self._log_dir = log_dir or Path("/nonexistent")
@@ -99,6 +112,9 @@ class VirtualAgent:
             raise CorralError(f"virtual agent: no duration for job {req.job_id!r}")
         run = self._runs[(req.job_id, req.run)] = _Run(now, 0)
         self._report(now, ProcessStarted(req.job_id, req.run, pid=0, started_at=now))
+        if self._checkpoints:
+            hello = contract.Hello(req.job_id, req.run, pid=0, checkpoints=True)
+            self._report(now, JobSaid(req.job_id, req.run, hello))
         self._schedule_exit(req.job_id, req.run, run, now)
 
     def _schedule_exit(self, job_id: str, run_no: int, run: _Run, now: float) -> None:

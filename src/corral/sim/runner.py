@@ -63,12 +63,16 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
     check_invariants: bool = False,
     node_events: Iterable[tuple[float, NodeEvent]] | None = None,
+    after_round: Callable[[ClusterState, float], None] | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy`` in virtual time until every job finished or was rejected.
 
     ``on_progress(n)`` is called with the number of jobs submitted so far, every 1,024 jobs.
     ``check_invariants`` re-verifies the whole state after every round (slow; for tests).
     ``node_events``: nodes lost and joined, in time order (see the module docstring).
+    ``after_round(state, now)`` is called after every round, once its decision is applied (after the invariants
+    are checked, with ``check_invariants``): tests check there what a round must leave behind (the conformance
+    suite's work conservation, ``tests/policies/test_contract.py``).
     """
     started = time.perf_counter()
     for spec in trace.jobs:
@@ -80,12 +84,15 @@ def simulate(
     engine = Engine(state, policy, executor, VirtualClock(), record_decisions=record_decisions)
     engine.on_submitted = on_progress
     engine.feed(trace.jobs)
-    if check_invariants:
+    if check_invariants or after_round is not None:
         original = engine._round
 
         def checked_round(now: float) -> None:
             original(now)
-            state.check_invariants()
+            if check_invariants:
+                state.check_invariants()
+            if after_round is not None:
+                after_round(state, now)
 
         engine._round = checked_round  # type: ignore[method-assign]
     if node_events is not None:
