@@ -339,3 +339,15 @@ def test_golden_metrics_on_the_tiresias_trace(cluster_name: str) -> None:
     expected = GANDIVA_COUNTS[cluster_name]
     assert {k: v for k, v in policy.counts.items() if v} == {k: v for k, v in expected.items() if v}
 
+
+def test_time_slices_keep_turning_where_float_rounding_bites() -> None:
+    # Near 2^23 s, (start + 60) - 60 < start: the wake-up at start + 60 found the slice not due and set no later
+    # one, so b waited for a's end (1,000 s) instead of its 60 s turn.
+    start = 8388588.9140031235
+    jobs = [
+        job("a", duration=1000, submit=start, model="resnet50"),
+        job("b", duration=1000, submit=start, model="resnet50"),
+    ]
+    result = run(jobs, cluster(nodes=1, gpus=1), make_policy("gandiva:packing=false"), perf=PerfModel(restore_s=0.0))
+    b = next(j for j in result.jobs if j.job_id == "b")
+    assert b.first_start_s is not None and b.first_start_s - start < 61

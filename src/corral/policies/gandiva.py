@@ -41,6 +41,7 @@ costs O(jobs it acts on + size classes), never a scan of all jobs or GPUs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -867,13 +868,24 @@ class GandivaPolicy(BasePolicy):
                 if len(self._waiting.get(k, ())) + rnd.queued.get(k, 0) <= rnd.taken.get(k, 0):
                     continue
                 if k in rnd.fresh:
-                    sooner(now + cfg.quantum_s)
+                    sooner(_slice_due(now, cfg.quantum_s))
                 slices = self._slices.get(k)
                 if slices:
                     i = slices.bisect_right((cutoff, _MAX_ID))
                     if i < len(slices):
-                        sooner(slices[i][0] + cfg.quantum_s)
+                        sooner(_slice_due(slices[i][0], cfg.quantum_s))
         return wake
+
+
+def _slice_due(start: float, quantum: float) -> float:
+    """When a slice that started at ``start`` is due, as :meth:`GandivaPolicy._time_slice` tests it
+    (``start <= now - quantum``): ``start + quantum``, or the next float up where rounding makes
+    ``(start + quantum) - quantum`` fall below ``start`` (near 2^23 s with a 60 s quantum). Waking at a time that
+    test finds not due would set no later wake, and the slice would stall."""
+    due = start + quantum
+    while due - quantum < start:
+        due = math.nextafter(due, math.inf)
+    return due
 
 
 def _pinned_elsewhere(job: JobView, gpus: tuple[int, ...]) -> bool:
