@@ -33,9 +33,9 @@ def child(workload: str, policy_spec: str) -> None:
     t0 = time.perf_counter()
     from corral.policies import make_policy
     from corral.sim.clusters import load_cluster, with_quotas
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.workload import WorkloadSpec, build_trace
+    from corral.workloads.data import data_file
 
     policy = make_policy(policy_spec)
     mix = "default" if policy.needs_models else None

@@ -16,7 +16,7 @@ queueing over finished pods, average JCT, ``gpu_alloc_util`` (over the makespan,
 stretches: a small number for every run), pods finished, and two figures of fragmentation:
 
 - ``frag %``: FGD's own measure, sum over nodes of F_n(M) / free GPU share (see
-  :mod:`corral.policies.fragmentation`), with M the popularity of the replayed trace's shapes (top 16),
+  :mod:`corral.policies.framework.placement.fgd`), with M the popularity of the replayed trace's shapes (top 16),
   averaged over the placement window (first submission to last launch), weighted by free share: of the
   capacity that was free while pods were being placed, the part the typical pod could not have used;
 - ``idle %``: the free share of the cluster, as a fraction of its capacity, averaged over the time at least
@@ -57,7 +57,7 @@ def inflate(trace: Any, factor: float, seed: int = 0) -> Any:
     original (ATC'23 §6.1 inflates the workload the same way)."""
     import numpy as np
 
-    from corral.sim.trace import Trace
+    from corral.sim.traces import Trace
 
     jobs = list(trace.jobs)
     extra = round((factor - 1.0) * len(jobs))
@@ -74,7 +74,7 @@ def fragmentation_figures(result: Any, topo: Any, trace: Any) -> tuple[float | N
     """(frag share over the placement window, idle share while a pod waits), replaying the run GPU by GPU."""
     from corral.core.decisions import Launch, Preempt, Reject
     from corral.core.job import FULL_GPU_MILLI
-    from corral.policies.fragmentation import WorkloadShapes, node_fragmentation
+    from corral.policies.framework.placement.fgd import WorkloadShapes, node_fragmentation
 
     shapes = WorkloadShapes(trace.jobs)
     weights = [(shape, count / shapes.total) for shape, count in shapes.top(TOP_K)]  # popularity p_m
@@ -159,9 +159,9 @@ def child(policy_spec: str, setting: str) -> None:
     from corral.core.cluster import Topology
     from corral.policies.registry import make_policy
     from corral.sim.clusters import load_cluster
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.traces import read_openb, scale_load
+    from corral.workloads.data import data_file
 
     factor, load = (float(x) for x in setting.split(":"))
     trace = scale_load(inflate(read_openb(data_file(*TRACE)), factor), load)
@@ -199,13 +199,13 @@ def fill(seeds: int, strategies: list[str]) -> list[dict[str, Any]]:
 
     from corral.core.cluster import Topology
     from corral.engine.state import ClusterState
-    from corral.policies.base import allowed_types
-    from corral.policies.fragmentation import FragmentationScorer, WorkloadShapes, node_fragmentation
-    from corral.policies.placement import PlacementStrategy, place
-    from corral.policies.planner import Planner
+    from corral.policies.framework.contract import allowed_types
+    from corral.policies.framework.placement import PlacementStrategy, place
+    from corral.policies.framework.placement.fgd import FragmentationScorer, WorkloadShapes, node_fragmentation
+    from corral.policies.framework.planner import Planner
     from corral.sim.clusters import load_cluster
-    from corral.sim.data import data_file
     from corral.sim.traces import read_openb
+    from corral.workloads.data import data_file
 
     trace = read_openb(data_file(*TRACE))
     cluster = load_cluster("openb")

@@ -51,9 +51,9 @@ def child(workload: str, policy_spec: str) -> None:
     t0 = time.perf_counter()
     from corral.policies import make_policy
     from corral.sim.clusters import load_cluster, with_quotas
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.workload import WorkloadSpec, build_trace
+    from corral.workloads.data import data_file
 
     path = str(data_file("philly", "philly.csv"))
     if workload.startswith("synthetic-"):
@@ -182,9 +182,9 @@ def private(folder: Path) -> None:
     from corral.core.tenant import Tenant
     from corral.policies import make_policy
     from corral.sim.clusters import load_cluster
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.traces import read_philly, select_tenants
+    from corral.workloads.data import data_file
 
     cells = folder / "hived"
     summary = json.loads((cells / "summary.json").read_text())

@@ -17,13 +17,13 @@ import argparse
 import re
 import sys
 
-from corral.core.data import data_dir, data_file
-from corral.policies.base import build_config
+from corral.core.options import build_config
 from corral.policies.registry import make_policy
 from corral.sim.clusters import load_cluster
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.workload import WorkloadSpec, build_trace
+from corral.workloads.data import data_dir, data_file
 
 # The peer's assumptions, as corral options (the peers README, "corral's closest options").
 TIRESIAS_PERF = "restore_s=0,spread_rate=1,cross_rack_rate=1,model_spread=false,suspend_resume_s=0"

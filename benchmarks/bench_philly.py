@@ -37,9 +37,9 @@ def child(policy_spec: str) -> None:
     t0 = time.perf_counter()
     from corral.policies import make_policy
     from corral.sim.clusters import load_cluster
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.traces import assign_models, read_philly
+    from corral.workloads.data import data_file
 
     t_import = time.perf_counter()
     policy = make_policy(policy_spec)

@@ -86,7 +86,7 @@ def make_jobs(
     prefix: str, count: int, submit_s: list[float], opportunistic: float, seed: int, *, typed: bool = True
 ) -> list[Any]:
     from corral.core.job import JobClass, JobSpec
-    from corral.core.models import draw_models, parse_mix
+    from corral.workloads.models import draw_models, parse_mix
 
     rng = random.Random(seed)
     models = draw_models(count, parse_mix("default"), seed)
@@ -153,7 +153,7 @@ class StandInExecutor:
     def _measure(self, job: Any, now_s: float) -> Any:
         from corral.core.job import mem_given
         from corral.core.telemetry import Telemetry
-        from corral.policies.coordinator import expected_mem_mib
+        from corral.policies.antman.coordinator import expected_mem_mib
 
         p = job.placement
         h = zlib.crc32(job.spec.job_id.encode())

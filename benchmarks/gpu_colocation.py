@@ -6,7 +6,7 @@ Four phases, each a fresh set of processes:
 - ``b``: the opportunistic job alone (its solo throughput);
 - ``c``: both at the same time, both at full share, no coordinator (what plain co-location costs);
 - ``d``: both under corral's coordinator: the guaranteed job starts alone (so the coordinator learns its step
-  time), then the opportunistic one joins, and AntMan's local coordinator (:mod:`corral.policies.coordinator`)
+  time), then the opportunistic one joins, and AntMan's local coordinator (:mod:`corral.policies.antman.coordinator`)
   sets its compute share and memory cap from the jobs' step reports and NVML.
 
 Phase ``d`` runs one of two ways, and the output says which:
@@ -16,7 +16,7 @@ Phase ``d`` runs one of two ways, and the output says which:
   (quota 0, the opportunistic job), both submitted through :class:`corral.live.client.Client`; the controller's
   own agent starts them, samples NVML, feeds the policy, and sends the shares and caps it decides.
 - ``loop``: corral's real :class:`~corral.live.agent.Agent` starts the two jobs and the SAME
-  :class:`~corral.policies.coordinator.LocalCoordinator` decides in a small loop here, fed with the controller's
+  :class:`~corral.policies.antman.coordinator.LocalCoordinator` decides in a small loop here, fed with the controller's
   own conversion of step reports and NVML samples to telemetry (no HTTP server, no global scheduler).
 
 The jobs are this file run with ``--worker``: a training script that uses ``corral.job`` (``Job(model=...,
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
     from corral.core.telemetry import Telemetry
     from corral.live.agent import Agent, AgentReport
-    from corral.policies.coordinator import Plan
+    from corral.policies.antman.coordinator import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE_NOTE = "CPU smoke run: not a GPU figure"
@@ -617,7 +617,7 @@ class CoordinatorLoop:
         slowdown_threshold: float = 0.05,
         mem_margin_mib: int = 512,
     ) -> None:
-        from corral.policies.coordinator import CoordinatorConfig, LocalCoordinator
+        from corral.policies.antman.coordinator import CoordinatorConfig, LocalCoordinator
 
         self.coordinator = LocalCoordinator(
             CoordinatorConfig(
@@ -686,7 +686,7 @@ class CoordinatorLoop:
     def control(self, now: float) -> Plan | None:
         """Run the coordinator if something changed or a check is due, and carry out its plan."""
         from corral.core import contract
-        from corral.policies.coordinator import GpuSnapshot, Guest, Holder, Snapshot
+        from corral.policies.antman.coordinator import GpuSnapshot, Guest, Holder, Snapshot
 
         due = self.coordinator.pop_due(now)
         if not (self.dirty or due):
@@ -1071,7 +1071,7 @@ def run_loop(cfg: Settings) -> dict[str, Any]:
     wall0 = time.time() - now()
     return {
         "mode": "loop",
-        "how": f"corral.live.agent.Agent + corral.policies.coordinator.LocalCoordinator (control interval "
+        "how": f"corral.live.agent.Agent + corral.policies.antman.coordinator.LocalCoordinator (control interval "
         f"{cfg.control_interval_s:g} s, start {cfg.start_milli} milli) in a loop; no HTTP server, no global scheduler",
         "series": {GUARANTEED: Series.load(g_out), OPPORTUNISTIC: Series.load(o_out)},
         "events": {"coordinator": [[round(wall0 + t, 3), job, what] for t, job, what in loop.log]},

@@ -19,10 +19,10 @@ from corral.core.job import JobClass, JobSpec
 from corral.core.placement import Placement
 from corral.core.tenant import Tenant
 from corral.engine.state import ClusterState, QueueKey, submission_order
-from corral.policies.base import BasePolicy
+from corral.policies.framework.contract import BasePolicy
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
+from corral.sim.traces import Trace
 
 DEFAULT_MEM_MIB = 16 * 1024
 

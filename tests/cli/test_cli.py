@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import cli
-from corral.sim.data import data_file
+from corral.workloads.data import data_file
 
 SIXTY = str(data_file("tiresias", "60_job.csv"))
 SUMMARY_REQUIRED = (

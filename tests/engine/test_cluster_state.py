@@ -21,9 +21,9 @@ from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.placement import Placement
 from corral.engine.state import ClusterState
-from corral.policies.base import allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
 
 # ------------------------------------------------------------------------------------------------------------
 # Brute force: everything the state indexes, recomputed from the running jobs alone

@@ -20,12 +20,12 @@ from corral.core.placement import Placement
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy
 from corral.policies.baseline import FifoPolicy
-from corral.policies.colocation import load_colocation
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
+from corral.workloads.colocation import load_colocation
 
 
 class Scripted(BasePolicy):

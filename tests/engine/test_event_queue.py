@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from builders import job
 from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
 from corral.engine.clock import VirtualClock
-from corral.engine.queue import EventQueue
+from corral.engine.event_queue import EventQueue
 
 
 def drain(q: EventQueue) -> list[tuple[float, Event]]:

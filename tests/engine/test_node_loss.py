@@ -28,10 +28,10 @@ from corral.engine.clock import VirtualClock
 from corral.engine.executor import EventSink
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy, allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.view import ClusterView
 
 
 def P(gpus: tuple[int, ...], milli: int = 1000, **kw: Any) -> Placement:

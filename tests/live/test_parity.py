@@ -23,12 +23,11 @@ from corral.live.store import Store
 from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
-from corral.sim.trace import Trace
-from corral.sim.traces import read_tiresias
+from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
+from corral.workloads.data import data_file
 
 NEUTRAL = PerfModel(
     spread_rate=1.0,

@@ -33,10 +33,9 @@ from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy
 from corral.policies.registry import policy_names
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
-from corral.sim.trace import Trace
-from corral.sim.traces import read_tiresias
+from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
+from corral.workloads.data import data_file
 
 # Each policy with its defaults, except Tiresias: its first threshold is lowered to the trace's short jobs (a
 # few minutes each), so that jobs are demoted and preempted, with a starvation knob so that promotions happen.

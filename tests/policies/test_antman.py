@@ -31,8 +31,8 @@ from corral.engine.clock import VirtualClock
 from corral.engine.executor import EventSink
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
-from corral.policies.antman import AntManConfig, AntManPolicy, Reclaim
-from corral.policies.base import BasePolicy
+from corral.policies.antman.policy import AntManConfig, AntManPolicy, Reclaim
+from corral.policies.framework.contract import BasePolicy
 from corral.policies.registry import make_policy, policy_names
 
 

@@ -16,10 +16,10 @@ from corral.core.job import JobPhase, JobSpec
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy
 from corral.policies.baseline import FifoConfig, FifoPolicy, SjfPolicy, SrtfConfig, SrtfPolicy, fill
-from corral.policies.placement import PlacementStrategy
-from corral.policies.planner import Planner
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.placement import PlacementStrategy
+from corral.policies.framework.planner import Planner
 from corral.policies.registry import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel

@@ -1,6 +1,6 @@
-"""HiveD's cells (corral.policies.cells): the cell tree a topology becomes, the buddy cell allocator (split, merge,
-safety) as property tests over random clusters and random bind/release sequences, and cell quotas (parsed and
-derived)."""
+"""HiveD's cells (corral.policies.hived.cells): the cell tree a topology becomes, the buddy cell allocator (split,
+merge, safety) as property tests over random clusters and random bind/release sequences, and cell quotas
+(corral.policies.hived.vc: parsed and derived)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,8 @@ from builders import cluster
 from corral.core.cluster import Cluster, Topology, TopologyLevel
 from corral.core.errors import ConfigError, InvariantViolation
 from corral.core.tenant import Tenant
-from corral.policies.cells import (
-    BOUND,
-    FREE,
-    Buckets,
-    BuddyAllocator,
-    CellQuota,
-    CellTree,
-    check_vc_cells,
-    derive_vc_cells,
-    describe_vc,
-    parse_vc_cells,
-)
+from corral.policies.hived.cells import BOUND, FREE, Buckets, BuddyAllocator, CellTree
+from corral.policies.hived.vc import CellQuota, check_vc_cells, derive_vc_cells, describe_vc, parse_vc_cells
 
 G, S, N, R = TopologyLevel.GPU, TopologyLevel.SWITCH, TopologyLevel.NODE, TopologyLevel.RACK
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from corral.core.errors import ConfigError
-from corral.core.models import MODELS
-from corral.policies.colocation import (
+from corral.workloads.colocation import (
     FALLBACK_RATES,
     GAVEL_GPUS,
     ColocationTable,
@@ -20,6 +19,7 @@ from corral.policies.colocation import (
     load_colocation,
     pair_rates,
 )
+from corral.workloads.models import MODELS
 
 R18 = "ResNet-18 (batch size 64)"
 R50 = "ResNet-50 (batch size 64)"
@@ -95,7 +95,7 @@ def test_gpu_types_map_to_the_nearest_gavel_gpu(name: str, mem_mib: int, speed: 
 
 
 def test_pair_rates_go_through_the_model_catalogue(table: ColocationTable) -> None:
-    # googlenet stands in as ResNet-18, vgg16 as ResNet-50 (core.models).
+    # googlenet stands in as ResNet-18, vgg16 as ResNet-50 (workloads.models).
     assert MODELS["googlenet"].colocation_type == R18
     assert pair_rates(table, "vgg16", "googlenet", "v100") == table.rates(R50, R18, "v100")
     assert pair_rates(table, "ResNet-50", "resnet_18", "v100") == table.rates(R50, R18, "v100")

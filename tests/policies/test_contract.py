@@ -1,6 +1,7 @@
 """The policy conformance suite: every registered policy, in a few configurations, held to the contract written
-where the interface is defined (:mod:`corral.policies.base`, "Contract") and in DESIGN ("A policy", "What must stay
-true"), as the Kubernetes scheduling framework's contract tests hold every plugin to its extension points.
+where the interface is defined (:mod:`corral.policies.framework.contract`, "Contract") and in DESIGN ("A policy",
+"What must stay true"), as the Kubernetes scheduling framework's contract tests hold every plugin to its extension
+points.
 
 1. **Determinism**: the same trace, cluster, configuration and seed give the same decision log, in this process
    and in another one with another string-hash seed (set and dict orders of strings then differ).
@@ -41,7 +42,6 @@ from builders import cluster, job
 from corral.core.cluster import Cluster, Topology
 from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec
-from corral.core.models import traits
 from corral.core.placement import Placement
 from corral.engine.clock import VirtualClock
 from corral.engine.state import ClusterState
@@ -50,17 +50,17 @@ from corral.live.controller import Controller
 from corral.live.store import Store
 from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy
-from corral.policies.base import BasePolicy, allowed_types
-from corral.policies.placement import PlacementStrategy
+from corral.policies.framework.contract import BasePolicy, allowed_types
+from corral.policies.framework.placement import PlacementStrategy
+from corral.policies.framework.view import ClusterView
 from corral.policies.registry import policy_names
-from corral.policies.view import ClusterView
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
-from corral.sim.traces import read_tiresias
+from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
+from corral.workloads.data import data_file
+from corral.workloads.models import traits
 
 # -- the configurations -------------------------------------------------------------------------------------------
 # Every registered policy runs with its defaults; these add one or two options that change how it decides.

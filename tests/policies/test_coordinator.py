@@ -14,7 +14,7 @@ import pytest
 from builders import job
 from corral.core.errors import ConfigError
 from corral.core.telemetry import Telemetry
-from corral.policies.coordinator import (
+from corral.policies.antman.coordinator import (
     CoordinatorConfig,
     GpuSnapshot,
     Guest,

@@ -16,16 +16,16 @@ from hypothesis import strategies as st
 from builders import cluster, job, log, occupy, run, state
 from corral.core.job import FULL_GPU_MILLI, JobSpec
 from corral.engine.state import ClusterState
-from corral.policies.base import allowed_types
-from corral.policies.fragmentation import (
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.placement.fgd import (
     FragmentationScorer,
     TaskShape,
     WorkloadShapes,
     node_fragmentation,
     task_fragment,
 )
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
+from corral.policies.framework.planner import Planner
 from corral.policies.registry import make_policy
 
 FGD, CONS = PlacementStrategy.FRAGMENTATION, PlacementStrategy.CONSOLIDATED

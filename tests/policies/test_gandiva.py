@@ -18,15 +18,15 @@ from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec, JobStatus
 from corral.policies import gandiva as gandiva_module
-from corral.policies.colocation import load_colocation
 from corral.policies.gandiva import GandivaConfig, GandivaPolicy
 from corral.policies.registry import make_policy, policy_class, policy_names
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import read_tiresias
+from corral.workloads.colocation import load_colocation
+from corral.workloads.data import data_file
 from golden import GANDIVA_COUNTS, SIXTY_METRICS, clusters_of
 
 PERF = PerfModel(restore_s=30.0, suspend_resume_s=2.0)

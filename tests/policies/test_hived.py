@@ -22,10 +22,10 @@ from corral.core.decisions import Decision
 from corral.core.errors import ConfigError, InvariantViolation
 from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
-from corral.policies.base import PolicyConfig
-from corral.policies.hived import HivedConfig, HivedPolicy
+from corral.policies.framework.contract import PolicyConfig
+from corral.policies.framework.view import ClusterView
+from corral.policies.hived.policy import HivedConfig, HivedPolicy
 from corral.policies.registry import make_policy, policy_names
-from corral.policies.view import ClusterView
 from corral.sim.runner import SimulationResult
 
 
@@ -401,8 +401,8 @@ def test_a_replay_of_real_philly_jobs_keeps_every_invariant() -> None:
     the jobs opportunistic (borrowers): the replay through corral.sim keeps every engine invariant after every
     round and the policy's cells consistent; HiveD's VC jobs are never preempted."""
     from corral.core.errors import ConfigError as DataMissing
-    from corral.sim.data import data_file
     from corral.sim.workload import WorkloadSpec, build_trace
+    from corral.workloads.data import data_file
 
     try:
         path = data_file("philly", "philly.csv")

@@ -19,19 +19,19 @@ from hypothesis import strategies as st
 
 from builders import cluster, job, log, run, spans
 from corral.core.errors import ConfigError
-from corral.core.models import batch_mem_factor, traits
-from corral.policies.batching import batch_curve
-from corral.policies.colocation import load_colocation
-from corral.policies.gp import GaussianProcess, cho_solve, cholesky, lcb_beta
-from corral.policies.iadeep import IADeepConfig, IADeepPolicy
-from corral.policies.interference import InterferencePredictor, gavel_features
+from corral.policies.iadeep.gp import GaussianProcess, cho_solve, cholesky, lcb_beta
+from corral.policies.iadeep.interference import InterferencePredictor, gavel_features
+from corral.policies.iadeep.policy import IADeepConfig, IADeepPolicy
+from corral.policies.iadeep.tuner import GroupTuner, MemoryCurve, TunerConfig, config_grid
 from corral.policies.registry import make_policy, policy_names
-from corral.policies.tuner import GroupTuner, MemoryCurve, TunerConfig, config_grid
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import read_tiresias
+from corral.workloads.batching import batch_curve
+from corral.workloads.colocation import load_colocation
+from corral.workloads.data import data_file
+from corral.workloads.models import batch_mem_factor, traits
 from golden import IADEEP_COLOCATIONS, SIXTY_METRICS, clusters_of
 
 EXACT = PerfModel(usage_spread=0.0, demand_variation=0.0)

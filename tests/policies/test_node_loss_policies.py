@@ -21,18 +21,17 @@ from corral.core.decisions import Decision
 from corral.core.events import NodeJoined, NodeLost
 from corral.core.job import JobClass, JobPhase, JobSpec
 from corral.policies import make_policy
-from corral.policies.antman import AntManPolicy
-from corral.policies.base import BasePolicy
-from corral.policies.cells import BOUND, BuddyAllocator, CellTree
-from corral.policies.hived import HivedPolicy
+from corral.policies.antman.policy import AntManPolicy
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
+from corral.policies.hived.cells import BOUND, BuddyAllocator, CellTree
+from corral.policies.hived.policy import HivedPolicy
 from corral.policies.registry import policy_names
-from corral.policies.view import ClusterView
-from corral.sim.data import data_file
 from corral.sim.failures import FailureRate, random_node_failures
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
-from corral.sim.traces import read_tiresias
+from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
+from corral.workloads.data import data_file
 
 SPECS = {name: name for name in policy_names()}
 SPECS["tiresias"] = "tiresias:thresholds_gpu_s=300/1200,starvation_knob=2"

@@ -16,9 +16,9 @@ import pytest
 from builders import cluster, job, occupy, state
 from corral.core.cluster import Cluster
 from corral.core.job import JobSpec
-from corral.policies.base import allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
 
 CONS, SPREAD, FIRST = PlacementStrategy.CONSOLIDATED, PlacementStrategy.SPREAD, PlacementStrategy.FIRST_FIT
 

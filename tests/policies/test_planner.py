@@ -12,9 +12,9 @@ from builders import cluster, job, occupy, state
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
 from corral.core.placement import Placement
 from corral.engine.state import ClusterState
-from corral.policies.base import allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
 
 CLUSTER = cluster(
     gpus=[4, 2, 0, 4, 1, 8, 2],

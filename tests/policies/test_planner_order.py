@@ -20,11 +20,11 @@ from builders import cluster, job, state
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
 from corral.core.placement import Placement
 from corral.engine.state import ClusterState
-from corral.policies.base import allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.preemption import place_by_preempting
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.preemption import place_by_preempting
+from corral.policies.framework.view import ClusterView
 
 CLUSTER = cluster(
     gpus=[4, 4, 2, 4, 4, 4, 8, 4],

@@ -2,22 +2,67 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pytest
 
 from corral.core.errors import ConfigError
-from corral.policies.base import BasePolicy, PolicyConfig, build_config, coerce, config_fields, option, type_label
+from corral.core.options import build_config, coerce, config_fields, option, type_label
+from corral.policies import registry
 from corral.policies.baseline import FifoPolicy, SjfPolicy, SrtfPolicy
-from corral.policies.placement import PlacementStrategy
-from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names, register_policy
+from corral.policies.framework.contract import BasePolicy, PolicyConfig
+from corral.policies.framework.placement import PlacementStrategy
+from corral.policies.registry import (
+    BUILTIN_POLICIES,
+    make_policy,
+    parse_policy_spec,
+    policy_class,
+    policy_names,
+    register_policy,
+)
 
 
 def test_builtin_policies_are_registered() -> None:
     assert {"fifo", "sjf", "srtf"} <= set(policy_names())
     assert policy_names() == sorted(policy_names())
     assert (policy_class("fifo"), policy_class("sjf"), policy_class("srtf")) == (FifoPolicy, SjfPolicy, SrtfPolicy)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
+def test_each_table_entry_is_the_policy_of_that_name(name: str) -> None:
+    cls = policy_class(name)
+    assert issubclass(cls, BasePolicy) and cls.name == name
+    module, _, attr = BUILTIN_POLICIES[name].partition(":")
+    assert (cls.__module__, cls.__name__) == (module, attr)
+
+
+def test_the_table_imports_only_the_policy_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from corral.policies.registry import policy_class\n"
+        "policy_class('fifo')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('corral.policies.')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert "corral.policies.baseline" in out
+    for other in ("tiresias", "themis", "gandiva", "antman", "hived", "iadeep"):
+        assert f"corral.policies.{other}" not in out
+
+
+def test_a_policy_from_outside_registers_by_decorator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+
+    @register_policy
+    class Outside(FifoPolicy):
+        name = "outside"
+
+    assert "outside" in policy_names() and policy_class("outside") is Outside
+    assert type(make_policy("outside:backfill=true")) is Outside
 
 
 @pytest.mark.parametrize(

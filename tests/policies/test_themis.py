@@ -22,10 +22,10 @@ from corral.core.placement import Placement
 from corral.policies.registry import make_policy
 from corral.policies.themis import _COLUMNS, _SEQ, _TENANT, ThemisPolicy, _Estimates
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import read_tiresias
+from corral.workloads.data import data_file
 from golden import SIXTY_METRICS, clusters_of
 
 FREE = PerfModel(restore_s=0.0)

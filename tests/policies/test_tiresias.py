@@ -175,9 +175,9 @@ def test_gittins_orders_a_queue_by_index_not_by_attained_service(tmp_path: Path)
 
 def test_gittins_from_the_published_distribution_runs_the_sixty_jobs() -> None:
     from corral.sim.clusters import load_cluster
-    from corral.sim.data import data_file
     from corral.sim.runner import simulate
     from corral.sim.traces import read_tiresias
+    from corral.workloads.data import data_file
 
     trace = read_tiresias(data_file("tiresias", "60_job.csv"))
     for dist in ("yarn-gput1000", "learned"):

@@ -25,24 +25,24 @@ from corral.core.decisions import Action, Decision, Launch, Preempt, SetBatchSiz
 from corral.core.errors import InvariantViolation, JobSpecError, TraceError
 from corral.core.events import Event, JobFinished
 from corral.core.job import JobPhase, JobSpec, JobStatus
-from corral.core.models import batch_mem_factor, statistical_efficiency, traits
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
 from corral.policies import make_policy
-from corral.policies.base import BasePolicy
-from corral.policies.batching import batch_curve, goodput_ratio, type_at_batch
-from corral.policies.colocation import load_colocation
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.sim.clusters import load_cluster, with_quotas
-from corral.sim.data import data_file
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import parse_columns, read_csv
 from corral.sim.workload import WorkloadSpec, build_trace
+from corral.workloads.batching import batch_curve, goodput_ratio, type_at_batch
+from corral.workloads.colocation import load_colocation
+from corral.workloads.data import data_file
+from corral.workloads.models import batch_mem_factor, statistical_efficiency, traits
 from golden import DECISION_DIGESTS
 
 R18 = traits("resnet18")

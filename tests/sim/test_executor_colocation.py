@@ -14,9 +14,9 @@ from corral.core.events import Event, JobFinished
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
-from corral.policies.colocation import load_colocation
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
+from corral.workloads.colocation import load_colocation
 
 R18 = "ResNet-18 (batch size 64)"
 R50 = "ResNet-50 (batch size 64)"

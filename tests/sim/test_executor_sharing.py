@@ -21,15 +21,13 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Resize, Upgrade
 from corral.core.events import Event, JobFinished
 from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus, JobView
-from corral.core.models import traits
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy
-from corral.policies.colocation import FALLBACK_RATES, load_colocation
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
 from corral.sim.sharing import (
@@ -42,11 +40,13 @@ from corral.sim.sharing import (
     spill_rate,
     usage_factor,
 )
+from corral.workloads.colocation import FALLBACK_RATES, load_colocation
+from corral.workloads.models import traits
 
 R18 = "ResNet-18 (batch size 64)"
 R50 = "ResNet-50 (batch size 64)"
 TOPO = Topology(cluster(nodes=1, gpus=2))
-R18_NEED_MIB = 1536  # ResNet-18's peak: 1.5 GiB (corral.core.models)
+R18_NEED_MIB = 1536  # ResNet-18's peak: 1.5 GiB (corral.workloads.models)
 R50_NEED_MIB = 9 * 1024
 
 

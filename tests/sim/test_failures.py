@@ -22,13 +22,13 @@ from corral.core.events import NodeJoined, NodeLost
 from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
 from corral.policies import make_policy
-from corral.policies.base import BasePolicy
-from corral.policies.view import ClusterView
-from corral.sim.data import data_file
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.sim.failures import FailureRate, parse_failure_rate, random_node_failures, read_node_failures
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
+from corral.sim.traces import Trace
+from corral.workloads.data import data_file
 
 FAILURE_KEYS = ("node_failures", "jobs_requeued_by_failures", "lost_work_gpu_h", "down_gpu_h")
 

@@ -9,11 +9,10 @@ import pytest
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobClass, JobSpec
-from corral.sim.data import data_file
-from corral.sim.trace import Trace
-from corral.sim.traces import drop_shorter_than, head, sample, scale_load, select_tenants, window
+from corral.sim.traces import Trace, drop_shorter_than, head, sample, scale_load, select_tenants, window
 from corral.sim.traces.filters import assign_tenants, make_opportunistic
 from corral.sim.workload import WorkloadSpec, build_trace
+from corral.workloads.data import data_file
 
 
 def _trace(n: int = 10) -> Trace:

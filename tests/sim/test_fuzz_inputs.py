@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from corral.core.errors import ClusterSpecError, ConfigError, InputError
 from corral.core.job import FULL_GPU_MILLI
 from corral.sim.clusters import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, load_cluster, parse_cluster_toml
-from corral.sim.trace import Trace
-from corral.sim.traces import read_csv, read_openb, read_philly, read_tiresias
+from corral.sim.traces import Trace, read_csv, read_openb, read_philly, read_tiresias
 from corral.sim.traces._rows import MAX_BATCH_SIZE, MAX_JOB_GPUS
 
 FUZZ = settings(max_examples=150, deadline=5000, suppress_health_check=[HealthCheck.too_slow])

@@ -10,10 +10,9 @@ from corral.core.job import JobPhase, JobSpec
 from corral.core.tenant import Tenant
 from corral.policies import make_policy
 from corral.sim.clusters import load_cluster
-from corral.sim.data import data_file
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
-from corral.sim.traces import read_openb, read_philly, read_tiresias
+from corral.sim.traces import Trace, read_openb, read_philly, read_tiresias
+from corral.workloads.data import data_file
 from golden import SIXTY_METRICS
 
 

@@ -17,10 +17,9 @@ from builders import cluster, job, run
 from corral.core.decisions import Action, Decision, Launch, Upgrade
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy
-from corral.policies.colocation import load_colocation
+from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.policies.registry import make_policy
-from corral.policies.view import ClusterView
 from corral.sim.metrics import (
     SUMMARY_KEYS,
     Usage,
@@ -32,6 +31,7 @@ from corral.sim.metrics import (
 )
 from corral.sim.perf import PerfModel
 from corral.sim.report import JOB_COLUMNS, write_results
+from corral.workloads.colocation import load_colocation
 
 SHARING_KEYS = SUMMARY_KEYS[SUMMARY_KEYS.index("gpu_sm_util") :]
 

@@ -9,8 +9,7 @@ import pytest
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobClass, JobSpec
-from corral.sim.trace import Trace
-from corral.sim.traces import synthesize
+from corral.sim.traces import Trace, synthesize
 from corral.sim.traces.synthetic import DEFAULT_GPUS
 
 

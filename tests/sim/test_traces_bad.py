@@ -15,8 +15,7 @@ from corral.core.job import JobClass, JobPhase
 from corral.policies import make_policy
 from corral.sim.clusters import load_cluster
 from corral.sim.runner import simulate
-from corral.sim.trace import Trace
-from corral.sim.traces import parse_columns, read_csv, read_openb, read_philly, read_tiresias, read_trace
+from corral.sim.traces import Trace, parse_columns, read_csv, read_openb, read_philly, read_tiresias, read_trace
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
 PHILLY_GOOD = "2017-10-09 07:01:55,66.0,1,66.0,11cb48"

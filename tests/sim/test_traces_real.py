@@ -14,9 +14,8 @@ import pytest
 
 from corral.core.errors import ConfigError, TraceError
 from corral.core.job import FULL_GPU_MILLI, JobClass
-from corral.sim.data import data_dir
-from corral.sim.trace import Trace
-from corral.sim.traces import read_csv, read_openb, read_philly, read_tiresias, read_trace
+from corral.sim.traces import Trace, read_csv, read_openb, read_philly, read_tiresias, read_trace
+from corral.workloads.data import data_dir
 
 
 def _data(*parts: str) -> Path:

@@ -35,7 +35,7 @@ from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_liv
 from corral.core.cluster import Cluster
 from corral.core.errors import ConfigError
 from corral.core.events import NodeLost
-from corral.policies.base import build_config, config_fields, type_label
+from corral.core.options import build_config, config_fields, type_label
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
 from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
 from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
@@ -43,7 +43,7 @@ from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
 from corral.sim.report import write_results
 from corral.sim.runner import SimulationResult, simulate
-from corral.sim.trace import Trace
+from corral.sim.traces import Trace
 from corral.sim.workload import ALL_FORMATS, WorkloadSpec, build_trace
 
 console = Console()

@@ -1,4 +1,4 @@
-"""The vocabulary of corral: jobs, tenants, GPUs, nodes, the topology, placements, decisions, errors.
+"""The vocabulary of corral: jobs, tenants, GPUs, nodes, the topology, placements, decisions, errors, options.
 
 Nothing in here does I/O, reads a clock or draws random numbers: it is plain data and the rules that keep it
 consistent, shared by the simulator and the live controller.

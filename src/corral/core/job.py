@@ -6,10 +6,10 @@ alone, consolidated, on a GPU of speed 1.0. Traces know it; the live controller 
 only oracle policies (SJF, SRTF) may look at it.
 
 Batch size (``batch_size``): the mini-batch size the job trains with, when known. ``None`` means the model's
-reference batch size (:attr:`corral.core.models.ModelTraits.ref_batch`): the one at which ``duration_s`` was
+reference batch size (:attr:`corral.workloads.models.ModelTraits.ref_batch`): the one at which ``duration_s`` was
 measured. Work is counted in *reference-batch seconds*: at another batch size a job makes progress at its
 goodput there relative to the reference (throughput in samples/s times per-sample statistical efficiency; see
-:mod:`corral.core.models` and ``docs/simulator.md``), so a policy that changes a job's batch size
+:mod:`corral.workloads.models` and ``docs/simulator.md``), so a policy that changes a job's batch size
 (``SetBatchSize``, IADeep's tuner) changes how fast it finishes. The batch size in use is
 ``JobStatus.batch_size``: the last ``SetBatchSize``, else the spec's.
 

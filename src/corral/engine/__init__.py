@@ -1,6 +1,6 @@
 """The event loop shared by simulation and live mode.
 
-- :mod:`corral.engine.queue`: events keyed (time, priority, sequence number).
+- :mod:`corral.engine.event_queue`: events keyed (time, priority, sequence number).
 - :mod:`corral.engine.clock`: the clock seam (virtual here; the live controller brings a wall clock).
 - :mod:`corral.engine.state`: the single mutable cluster state; it applies decisions and checks invariants.
 - :mod:`corral.engine.executor`: the seam through which decisions are carried out (and the optional seams: batch
@@ -9,9 +9,9 @@
 """
 
 from corral.engine.clock import Clock, VirtualClock
+from corral.engine.event_queue import EventQueue
 from corral.engine.executor import EventSink, Executor, NodeLossExecutor
 from corral.engine.loop import Engine
-from corral.engine.queue import EventQueue
 from corral.engine.state import ClusterState
 
 __all__ = [

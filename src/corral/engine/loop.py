@@ -57,10 +57,10 @@ from corral.core.events import (
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
+from corral.engine.event_queue import EventQueue
 from corral.engine.executor import BatchSizeExecutor, Executor, NodeLossExecutor
-from corral.engine.queue import EventQueue
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy
+from corral.policies.framework.contract import BasePolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStat
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
-from corral.policies.view import PendingEntry, PendingShape
+from corral.policies.framework.view import PendingEntry, PendingShape
 
 QueueKey = Callable[[JobView], tuple[Any, ...]]
 
@@ -83,7 +83,7 @@ def submission_order(job: JobView) -> tuple[Any, ...]:
 
 
 class ClusterState:
-    """Implements :class:`corral.policies.view.ClusterView` (read side) plus the checked mutations."""
+    """Implements :class:`corral.policies.framework.view.ClusterView` (read side) plus the checked mutations."""
 
     def __init__(
         self,

@@ -13,7 +13,7 @@
 SJF and SRTF backfill by default: they are meant as bounds on average JCT, and letting a job that fits start is
 what such a bound assumes. Gang: a job gets all its GPUs at once or waits (no partial starts).
 
-With ``placement=fgd`` each policy keeps a :class:`~corral.policies.fragmentation.FragmentationScorer` for the
+With ``placement=fgd`` each policy keeps a :class:`~corral.policies.framework.placement.fgd.FragmentationScorer` for the
 run and feeds it every submitted job, so single-GPU requests go where they fragment the cluster least for the
 workload seen so far (Weng et al., ATC'23).
 """
@@ -28,15 +28,15 @@ from sortedcontainers import SortedList
 
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.job import JobPhase, JobSpec, JobView
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
-from corral.policies.fragmentation import FragmentationScorer
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.preemption import Victims, place_on_free
-from corral.policies.queue import PendingWalk, StrictBlocks
-from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.core.options import option
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.placement.fgd import FragmentationScorer
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.preemption import Victims, place_on_free
+from corral.policies.framework.queues import PendingWalk, StrictBlocks
+from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.view import ClusterView
 
 PLACEMENT_HELP = (
     "where a job's GPUs go: consolidated (fewest nodes, best fit), strict (fewest possible nodes or wait), "
@@ -56,10 +56,10 @@ def fill(
 ) -> list[Action]:
     """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
     unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
-    either (see :mod:`corral.policies.queue`), and the walk ends as soon as nothing at all is free.
-    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.placement.place`); ``skip``: jobs the round
+    either (see :mod:`corral.policies.framework.queues`), and the walk ends as soon as nothing at all is free.
+    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.framework.placement.place`); ``skip``: jobs the round
     has placed already (the view still lists them as waiting). ``waiting`` gets the reason of each job the walk
-    examined and left waiting (see :mod:`corral.policies.reasons`).
+    examined and left waiting (see :mod:`corral.policies.framework.reasons`).
     """
     why: dict[str, str] = {} if waiting is None else waiting
     launches: list[Action] = []
@@ -109,7 +109,7 @@ def observe_submission(scorer: FragmentationScorer | None, job: JobView) -> None
     it on submission with the job pending and never started (a state no later change returns to: a preempted
     job has a start), and it is the hook meant for a policy's own indexes, while ``admit`` is a question that
     SJF and SRTF answer with overrides of their own. A job rejected right after still counts: its shape then
-    fits nowhere, which moves every candidate's score alike (see :mod:`corral.policies.fragmentation`)."""
+    fits nowhere, which moves every candidate's score alike (see :mod:`corral.policies.framework.placement.fgd`)."""
     if scorer is not None and job.phase is JobPhase.PENDING and job.last_start_s is None:
         scorer.observe(job.spec)
 
@@ -148,7 +148,6 @@ class FifoConfig(QueueConfig):
     """FIFO's options: those of every queue policy, with head-of-line blocking by default."""
 
 
-@register_policy
 class FifoPolicy(QueuePolicy):
     name = "fifo"
     summary = "first come, first served; strict gang; optional backfilling"
@@ -160,7 +159,6 @@ class YarnCsConfig(QueueConfig):
     placement: PlacementStrategy = option(PlacementStrategy.STRICT, PLACEMENT_HELP)
 
 
-@register_policy
 class YarnCsPolicy(QueuePolicy):
     """YARN's capacity scheduler as Tiresias (NSDI'19 §6) compares against it: FIFO, each gang strictly
     consolidated (it waits for the fewest nodes its size allows), no preemption, head-of-line blocking."""
@@ -181,7 +179,6 @@ class SjfConfig(QueueConfig):
     backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
 
 
-@register_policy
 class SjfPolicy(QueuePolicy):
     name = "sjf"
     summary = "shortest job first by trace duration (oracle); non-preemptive"
@@ -206,7 +203,6 @@ def _remaining(job: JobView) -> float:
     return max(0.0, (job.spec.duration_s or 0.0) - job.work_done_s)
 
 
-@register_policy
 class SrtfPolicy(BasePolicy):
     name = "srtf"
     summary = "shortest remaining time first by trace duration (oracle); preemptive"

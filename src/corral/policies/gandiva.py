@@ -18,7 +18,7 @@ The rules, each with the section of the paper it comes from:
 - **Packing** (§3.1, §4.2): a waiting job shares the GPUs of a running job of the same size (each at half of
   every GPU: ``Launch`` with ``gpu_milli=500``) when their *predicted* combined progress beats running them in
   turn: the normalised rates measured by Gavel for the two models' job types on that GPU type
-  (:mod:`corral.policies.colocation`) must sum to at least ``1 + pack_threshold`` (time-slicing gives 0.5 + 0.5).
+  (:mod:`corral.workloads.colocation`) must sum to at least ``1 + pack_threshold`` (time-slicing gives 0.5 + 0.5).
   The running job is re-seated at half share (a suspend and an immediate resume on the same GPUs: the only way
   corral's decisions change a share). Jobs whose model corral does not know are predicted at 0.5 + 0.5 and are
   never packed. A packed job whose partner leaves gets a new partner from the queue if one is predicted to gain,
@@ -52,16 +52,16 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
-from corral.core.models import traits
+from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
-from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.queue import PendingWalk
-from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.queues import PendingWalk
+from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.view import ClusterView
+from corral.workloads.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
+from corral.workloads.models import traits
 
 PACK_SHARE = FULL_GPU_MILLI // 2  # two packed jobs split each of their GPUs evenly
 _SCAN = 32  # candidates looked at per waiting job before giving up on it this round (bounds a round's cost)
@@ -216,7 +216,6 @@ class _Round:
         self.queued[spec.num_gpus] = self.queued.get(spec.num_gpus, 0) + 1
 
 
-@register_policy
 class GandivaPolicy(BasePolicy):
     name = "gandiva"
     summary = "time-slicing, packing by measured co-location, migration (Gandiva, OSDI'18)"

@@ -1,4 +1,9 @@
-"""The policy registry: registering a policy is one decorator; the CLI finds policies here by name.
+"""The policy registry: one table of the built-in policies by name; the CLI and the live controller find policies here.
+
+:data:`BUILTIN_POLICIES` names each built-in policy's class as ``"module:Class"``, imported only when the policy is
+asked for by name (so ``import corral.policies`` stays cheap and free of import cycles, and a run imports the one
+policy it uses). Adding a policy to corral is one module and one line in that table. A policy defined outside
+the package (a user's, a test's) registers itself with the :func:`register_policy` class decorator.
 
 A policy spec string names a policy and, optionally, its options: ``"fifo"``,
 ``"sjf:placement=spread,backfill=false"``. Tuple-valued options separate items with ``/``.
@@ -7,49 +12,70 @@ A policy spec string names a policy and, optionally, its options: ``"fifo"``,
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TypeVar
 
 from corral.core.errors import ConfigError
-from corral.policies.base import BasePolicy, build_config
+from corral.core.options import build_config
+from corral.policies.framework.contract import BasePolicy
 
 P = TypeVar("P", bound=type[BasePolicy])
 
-_REGISTRY: dict[str, type[BasePolicy]] = {}
+BUILTIN_POLICIES: Mapping[str, str] = MappingProxyType(
+    {
+        "fifo": "corral.policies.baseline:FifoPolicy",
+        "yarn-cs": "corral.policies.baseline:YarnCsPolicy",
+        "sjf": "corral.policies.baseline:SjfPolicy",
+        "srtf": "corral.policies.baseline:SrtfPolicy",
+        "tiresias": "corral.policies.tiresias:TiresiasPolicy",
+        "themis": "corral.policies.themis:ThemisPolicy",
+        "gandiva": "corral.policies.gandiva:GandivaPolicy",
+        "antman": "corral.policies.antman.policy:AntManPolicy",
+        "hived": "corral.policies.hived.policy:HivedPolicy",
+        "iadeep": "corral.policies.iadeep.policy:IADeepPolicy",
+    }
+)
+"""Each built-in policy's name -> ``"module:Class"``; the class's own ``name`` is the key."""
+
+_LOADED: dict[str, type[BasePolicy]] = {}  # built-in policies imported so far
+_REGISTERED: dict[str, type[BasePolicy]] = {}  # policies from outside the package, by @register_policy
 
 
-def register_policy(cls: P) -> P:
-    """Class decorator: make a policy available by its ``name``."""
-    if not cls.name:
-        raise TypeError(f"{cls.__name__} needs a non-empty `name`")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise TypeError(f"two policies are named {cls.name!r}")
-    _REGISTRY[cls.name] = cls
+def _builtin(name: str) -> type[BasePolicy]:
+    cls = _LOADED.get(name)
+    if cls is None:
+        module, _, attr = BUILTIN_POLICIES[name].partition(":")
+        found = getattr(importlib.import_module(module), attr)
+        if not (isinstance(found, type) and issubclass(found, BasePolicy) and found.name == name):
+            raise TypeError(f"the policy table's entry {name!r} -> {BUILTIN_POLICIES[name]!r} is not a policy named so")
+        cls = _LOADED[name] = found
     return cls
 
 
-# One entry per policy module shipped with corral (a module may register several policies).
-BUILTIN_MODULES = ("baseline", "tiresias", "themis", "gandiva", "antman", "hived", "iadeep")
-
-
-def _load_builtin() -> None:
-    # Importing the policy modules runs their decorators. Kept here so `import corral.policies` stays cheap
-    # and free of import cycles.
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"corral.policies.{module}")
+def register_policy(cls: P) -> P:
+    """Class decorator: make a policy from outside corral's package available by its ``name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} needs a non-empty `name`")
+    known = _builtin(cls.name) if cls.name in BUILTIN_POLICIES else _REGISTERED.get(cls.name)
+    if known is not None and known is not cls:
+        raise TypeError(f"two policies are named {cls.name!r}")
+    if cls.name not in BUILTIN_POLICIES:
+        _REGISTERED[cls.name] = cls
+    return cls
 
 
 def policy_names() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
+    return sorted({*BUILTIN_POLICIES, *_REGISTERED})
 
 
 def policy_class(name: str) -> type[BasePolicy]:
-    _load_builtin()
+    if name in BUILTIN_POLICIES:
+        return _builtin(name)
     try:
-        return _REGISTRY[name]
+        return _REGISTERED[name]
     except KeyError:
-        raise ConfigError(f"unknown policy {name!r}; known policies: {', '.join(sorted(_REGISTRY))}") from None
+        raise ConfigError(f"unknown policy {name!r}; known policies: {', '.join(policy_names())}") from None
 
 
 def parse_policy_spec(spec: str) -> tuple[str, dict[str, str]]:

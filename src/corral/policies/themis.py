@@ -50,10 +50,10 @@ like any waiting job (its lease ended with its run), and ``G`` counts the GPUs t
 Cost: each job's figures (submission, work, progress, start, GPUs, tenant) sit in columns of one numpy array,
 kept incrementally by :meth:`ThemisPolicy.on_job_changed`; a round evaluates every active job's rho in a few
 vectorized passes, then visits, in Python, only the jobs it launches, renews or preempts, plus one per job shape
-that it finds cannot fit (shapes are pruned wholesale, as in :mod:`corral.policies.queue`). A round with nothing
-free and no lease ending, or with a single waiting job, ranks nothing; between lease rounds only the head of the
-rank order is sorted (an O(n) partition picks it out), the rest only if the walk gets that far. Nothing here is
-random.
+that it finds cannot fit (shapes are pruned wholesale, as in :mod:`corral.policies.framework.queues`). A round
+with nothing free and no lease ending, or with a single waiting job, ranks nothing; between lease rounds only the
+head of the rank order is sorted (an O(n) partition picks it out), the rest only if the walk gets that far.
+Nothing here is random.
 """
 
 from __future__ import annotations
@@ -69,14 +69,14 @@ import numpy as np
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
+from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.preemption import place_on_free
-from corral.policies.reasons import blocked_reason, fit_reason, quota_reason
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.preemption import place_on_free
+from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.view import ClusterView
 
 # Times within this many seconds are the same instant (lease rounds are multiples of lease_s in floating point).
 _EPS_S = 1e-6
@@ -191,7 +191,6 @@ class _Estimates:
     running: np.ndarray
 
 
-@register_policy
 class ThemisPolicy(BasePolicy):
     name = "themis"
     summary = "finish-time fairness (Themis): leases auctioned to the worst-rho tenants and jobs; preemptive"
@@ -501,9 +500,10 @@ def _lazy(rows: np.ndarray) -> Iterator[int]:
 
 
 class _Blocked:
-    """Job shapes found not to fit this round (as in :class:`corral.policies.queue.PendingWalk`): a job fits or
-    fails like every job of its kind (whole or share, GPU types, memory) that is no smaller, and a guaranteed job
-    of a tenant with a quota fails like every no larger demand of that tenant once the quota is the obstacle."""
+    """Job shapes found not to fit this round (as in :class:`corral.policies.framework.queues.PendingWalk`): a job
+    fits or fails like every job of its kind (whole or share, GPU types, memory) that is no smaller, and a
+    guaranteed job of a tenant with a quota fails like every no larger demand of that tenant once the quota is the
+    obstacle."""
 
     __slots__ = ("_fit", "_quota", "_view")
 

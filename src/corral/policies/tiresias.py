@@ -31,7 +31,7 @@ The rules, each with the section of the paper it comes from:
   cost (``PerfModel.restore_s``). What the preemptions freed and their jobs did not take goes to the jobs that
   fit: the round ends work-conserving.
 - **Placement** (§3.3, §4.1): only placement-sensitive jobs (models with large, skewed tensors: see
-  :mod:`corral.core.models`) are consolidated, strictly: they wait for the fewest nodes their size allows.
+  :mod:`corral.workloads.models`) are consolidated, strictly: they wait for the fewest nodes their size allows.
   The others take any free GPUs at once (the fewest nodes among what is free, never waiting for better).
 - **Periodic rounds** (``round_s``, off by default): decide only at multiples of ``round_s`` seconds, as the
   Pollux artifact's simulator does every 60 s.
@@ -65,19 +65,19 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from corral.core.data import data_file
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError, InputError
 from corral.core.job import JobPhase, JobSpec, JobView
-from corral.core.models import traits
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.preemption import Victims, place_on_free
-from corral.policies.queue import PendingWalk, StrictBlocks
-from corral.policies.reasons import blocked_reason, fit_reason
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.core.options import option
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.preemption import Victims, place_on_free
+from corral.policies.framework.queues import PendingWalk, StrictBlocks
+from corral.policies.framework.reasons import blocked_reason, fit_reason
+from corral.policies.framework.view import ClusterView
+from corral.workloads.data import data_file
+from corral.workloads.models import traits
 
 
 class Priority(StrEnum):
@@ -91,7 +91,7 @@ class WithinQueue(StrEnum):
 
 
 class Sensitivity(StrEnum):
-    MODEL = "model"  # by the job's model (core.models); unknown models are not sensitive
+    MODEL = "model"  # by the job's model (workloads.models); unknown models are not sensitive
     ALL = "all"
     NONE = "none"
 
@@ -213,7 +213,6 @@ _DEMOTE, _PROMOTE = 0, 1
 _RUNNING, _WAITING = 0, 1  # a job's section of its queue, in running-first order
 
 
-@register_policy
 class TiresiasPolicy(BasePolicy):
     name = "tiresias"
     summary = "discretized 2D-LAS or 2D-Gittins (no durations needed); preemptive; consolidates sensitive jobs"

@@ -34,7 +34,7 @@ from corral.core.cluster import Cluster, GpuType, NodeSpec
 from corral.core.errors import ClusterSpecError, ConfigError, TomlError
 from corral.core.tenant import Tenant
 from corral.core.toml import decode_toml, parse_toml
-from corral.sim.data import data_dir, data_file
+from corral.workloads.data import data_dir, data_file
 
 __all__ = [
     "BUILTIN_GPU_TYPES",

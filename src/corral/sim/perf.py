@@ -7,12 +7,12 @@ Assumptions (each configurable in :class:`PerfModel`):
   can, so this is the natural reading; it also means a replay with consolidated placement on a homogeneous
   cluster reproduces the trace's run times exactly.
 - A gang runs at the pace of its slowest GPU: ``rate = speed of its GPU type``. All GPUs of a gang are of one
-  type (see :mod:`corral.policies.placement`).
+  type (see :mod:`corral.policies.framework.placement`).
 - A job spread over more nodes than it needs runs at ``spread_rate`` of its consolidated speed, once more
   multiplied by ``cross_rack_rate`` if it also spans more than one rack. Tiresias (NSDI'19 §2.2, Fig. 4)
   measured up to ~2x slowdowns for communication-heavy models (VGG) and almost none for others (ResNet). With
   ``model_spread`` (the default), a job whose model corral knows uses that model's rate
-  (:mod:`corral.core.models`: 0.5 for VGG-16, 0.9 for ResNet-50, ...); other jobs use ``spread_rate`` (0.8, a
+  (:mod:`corral.workloads.models`: 0.5 for VGG-16, 0.9 for ResNet-50, ...); other jobs use ``spread_rate`` (0.8, a
   middle ground). ``cross_rack_rate`` (0.9) applies to every model.
 - A job with a fractional share runs at its trace speed (its duration was measured at that share).
 - Preemption: the job's state is checkpointed when it is stopped and restored when it restarts. The model
@@ -33,14 +33,14 @@ Assumptions (each configurable in :class:`PerfModel`):
   rounded-up figure of that order. Host memory is not modelled (it is taken to be enough).
 - Packing: a whole-GPU job launched at a share below 1000 (see :mod:`corral.engine.state`) shares its GPUs with
   the other packed jobs on them. Two packed jobs run at the normalised rates Gavel measured for their models'
-  job types on the GPU's type (:func:`corral.policies.colocation.pair_rates`, with its fallback of 0.5 each for
+  job types on the GPU's type (:func:`corral.workloads.colocation.pair_rates`, with its fallback of 0.5 each for
   unknown models); with several partners a job's rate is the product of its pair rates (an extrapolation: Gavel
   measured pairs only); a gang runs at the pace of its slowest GPU. Jobs at their own asked share (whole or
   fractional) are neither slowed nor slowing: a fractional job's trace duration was measured while sharing.
 - Sharing beyond Gandiva's pairs (AntMan's opportunistic jobs; pairs Gavel did not measure; compute-share caps;
   memory caps that make a job spill to host memory): :mod:`corral.sim.sharing`, with the knobs
   ``usage_spread``, ``bandwidth_kappa`` and ``spill_penalty`` below.
-- Batch size (:mod:`corral.core.models`, :mod:`corral.policies.batching`): a trace's ``duration_s`` is the run
+- Batch size (:mod:`corral.workloads.models`, :mod:`corral.workloads.batching`): a trace's ``duration_s`` is the run
   time at the model's reference batch size, and work is counted in reference-batch seconds. A job at another
   batch size ``b`` progresses at ``goodput_ratio(b)`` = throughput(b) / throughput(reference) (Gavel's measured
   samples/s on the GPU's Gavel type) x statistical efficiency(b) (Pollux's gradient-noise-scale form, the model's
@@ -63,11 +63,11 @@ from dataclasses import dataclass, field
 from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
-from corral.core.models import UNKNOWN, traits
 from corral.core.placement import Placement
-from corral.policies.batching import batch_curve, goodput_ratio, type_at_batch
-from corral.policies.colocation import FALLBACK_RATES, ColocationTable, gavel_gpu, load_colocation, pair_rates
 from corral.sim.sharing import Profile, job_profile, measured_pair_rates, modelled_pair_rates
+from corral.workloads.batching import batch_curve, goodput_ratio, type_at_batch
+from corral.workloads.colocation import FALLBACK_RATES, ColocationTable, gavel_gpu, load_colocation, pair_rates
+from corral.workloads.models import UNKNOWN, traits
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ class PerfModel:
     restore_s: float = field(default=30.0, metadata={"help": "checkpoint + restore seconds paid at each restart"})
     gpu_speed: bool = field(default=True, metadata={"help": "use the GPU types' relative speeds"})
     model_spread: bool = field(
-        default=True, metadata={"help": "a known model's own spread rate instead of spread_rate (core.models)"}
+        default=True, metadata={"help": "a known model's own spread rate instead of spread_rate (workloads.models)"}
     )
     suspend_resume_s: float = field(
         default=1.0, metadata={"help": "seconds a suspended job pays to resume on the node(s) it was suspended on"}
@@ -184,7 +184,7 @@ class BoundPerfModel:
 
     def batch_rate(self, spec: JobSpec, gpu: int, batch: int | None) -> float:
         """Work done per second at ``batch`` relative to the reference batch size, on ``gpu``'s type: the goodput
-        ratio of :mod:`corral.policies.batching` (exactly 1.0 for ``None``, the reference, or no batch model)."""
+        ratio of :mod:`corral.workloads.batching` (exactly 1.0 for ``None``, the reference, or no batch model)."""
         if batch is None or spec.model is None:
             return 1.0
         known = traits(spec.model)

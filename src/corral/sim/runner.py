@@ -23,12 +23,12 @@ from corral.core.job import JobStatus
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
-from corral.policies.base import BasePolicy
+from corral.policies.framework.contract import BasePolicy
 from corral.sim.executor import SimExecutor
 from corral.sim.failures import NodeEvent
 from corral.sim.metrics import Failures, Usage, Window, per_tenant, summarize, tenant_quota_columns, window_of
 from corral.sim.perf import PerfModel
-from corral.sim.trace import Trace
+from corral.sim.traces import Trace
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ This is the truth a replay runs on when jobs share GPUs (Gandiva's packing, AntM
 policies never see it; they see what the executor reports (observed rates and :class:`Telemetry`).
 
 **Profile of a job** (:class:`Profile`, built once per run by :func:`job_profile`): from its model's traits
-(:mod:`corral.core.models`): peak GPU memory, mean/peak memory over a mini-batch, SM busy fraction and
+(:mod:`corral.workloads.models`): peak GPU memory, mean/peak memory over a mini-batch, SM busy fraction and
 memory-bandwidth fraction when alone, and its solo mini-batch time. Two adjustments:
 
 - *usage spread*: production jobs use less of a GPU than the same model tuned for a benchmark (AntMan, OSDI'20
@@ -15,9 +15,9 @@ memory-bandwidth fraction when alone, and its solo mini-batch time. Two adjustme
   scale by ``gpu_milli / 1000``.
 
 The solo mini-batch time is Gavel's measured isolated throughput of the model's job type on the GPU's Gavel type
-(``1 / steps per second``; ``corral.policies.colocation``), else 0.25 s; divided by the GPU type's speed.
+(``1 / steps per second``; ``corral.workloads.colocation``), else 0.25 s; divided by the GPU type's speed.
 
-*Batch size* (:mod:`corral.core.models`, :mod:`corral.policies.batching`): at a batch size other than its
+*Batch size* (:mod:`corral.workloads.models`, :mod:`corral.workloads.batching`): at a batch size other than its
 model's reference, a job's solo mini-batch time is Gavel's measured one at that size (interpolated between
 measured sizes), its memory need is its need at the reference times the model's memory factor at that size, its
 SM busy fraction and memory-bandwidth fraction are scaled by its throughput ratio (samples/s against the
@@ -57,9 +57,9 @@ import hashlib
 from dataclasses import dataclass
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
-from corral.core.models import UNKNOWN, ModelTraits, batch_mem_factor, traits
-from corral.policies.batching import batch_curve, type_at_batch
-from corral.policies.colocation import ColocationTable
+from corral.workloads.batching import batch_curve, type_at_batch
+from corral.workloads.colocation import ColocationTable
+from corral.workloads.models import UNKNOWN, ModelTraits, batch_mem_factor, traits
 
 DEFAULT_STEP_S = 0.25  # solo mini-batch time of a job whose model Gavel did not measure
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core.errors import ConfigError
-from corral.sim.trace import Trace
 from corral.sim.traces import (
     FORMATS,
+    Trace,
     assign_models,
     drop_shorter_than,
     head,

@@ -100,7 +100,7 @@ from corral.live.records import (
     new_job_id,
 )
 from corral.live.store import JobEvent, Store
-from corral.policies.base import BasePolicy
+from corral.policies.framework.contract import BasePolicy
 
 if TYPE_CHECKING:
     from corral.live.config import ServeConfig

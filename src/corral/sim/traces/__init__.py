@@ -1,6 +1,6 @@
 """Job traces: readers of real trace formats, filters that reshape a trace, and a synthetic generator.
 
-Readers (each returns a :class:`~corral.sim.trace.Trace`, jobs sorted by submit time, ties in file order):
+Readers (each returns a :class:`~corral.sim.traces.Trace`, jobs sorted by submit time, ties in file order):
 
 - :func:`read_philly`: Microsoft Philly (ATC'19), tenant = virtual cluster;
 - :func:`read_tiresias`: the Tiresias (NSDI'19) format;
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from corral.core.errors import ConfigError
-from corral.sim.trace import Trace
 from corral.sim.traces._rows import PathArg
 from corral.sim.traces.filters import assign_models, drop_shorter_than, head, sample, scale_load, select_tenants, window
 from corral.sim.traces.generic import parse_columns, read_csv
@@ -25,6 +24,7 @@ from corral.sim.traces.openb import PendingMode, read_openb
 from corral.sim.traces.philly import read_philly
 from corral.sim.traces.synthetic import synthesize
 from corral.sim.traces.tiresias import read_tiresias
+from corral.sim.traces.trace import Trace
 
 FORMATS = ("philly", "tiresias", "openb", "csv")
 

@@ -1,4 +1,4 @@
-"""Trace filters: pure functions from a :class:`~corral.sim.trace.Trace` to a new one.
+"""Trace filters: pure functions from a :class:`~corral.sim.traces.Trace` to a new one.
 
 Each returns a new Trace (the input is never changed) whose ``notes`` end with a sentence saying what the
 filter did, so a report can show exactly how the replayed jobs differ from the file. ``skipped`` is carried
@@ -25,8 +25,8 @@ import numpy as np
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobClass, JobSpec
-from corral.core.models import draw_models, parse_mix
-from corral.sim.trace import Trace
+from corral.sim.traces.trace import Trace
+from corral.workloads.models import draw_models, parse_mix
 
 DEFAULT_TENANT = "default"  # JobSpec's tenant when a trace names none (openb, tiresias)
 
@@ -129,7 +129,7 @@ def head(trace: Trace, n: int) -> Trace:
 
 
 def assign_models(trace: Trace, mix: str, seed: int) -> Trace:
-    """Give every job without a model one drawn from ``mix`` (see :func:`corral.core.models.parse_mix`), with a
+    """Give every job without a model one drawn from ``mix`` (see :func:`corral.workloads.models.parse_mix`), with a
     generator seeded by ``seed``. Jobs that name a model keep it. Model-aware policies (Tiresias' placement,
     Gandiva's packing) and the performance model's per-model spread penalty read it."""
     weights = parse_mix(mix)

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
-from corral.sim.trace import Trace
 from corral.sim.traces._rows import (
     MAX_BATCH_SIZE,
     MAX_JOB_GPUS,
@@ -36,6 +35,7 @@ from corral.sim.traces._rows import (
     gpus_form,
     sort_by_submit,
 )
+from corral.sim.traces.trace import Trace
 
 REQUIRED_FIELDS = ("id", "submit", "duration", "gpus")
 OPTIONAL_FIELDS = ("tenant", "model", "gpu_milli", "job_class", "batch_size")

@@ -38,8 +38,8 @@ from typing import Literal
 
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
-from corral.sim.trace import Trace
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
+from corral.sim.traces.trace import Trace
 
 PendingMode = Literal["drop", "wait"]
 

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
-from corral.sim.trace import Trace
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, PathArg, gpus_form, sort_by_submit
+from corral.sim.traces.trace import Trace
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 OPTIONAL = ("gpu_time",)

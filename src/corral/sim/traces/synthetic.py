@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
-from corral.sim.trace import Trace
+from corral.sim.traces.trace import Trace
 
 Arrival = Literal["poisson", "trace"]
 

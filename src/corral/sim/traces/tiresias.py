@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
-from corral.sim.trace import Trace
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
+from corral.sim.traces.trace import Trace
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "model_name", "duration")
 OPTIONAL = ("iterations", "interval")

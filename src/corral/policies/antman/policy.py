@@ -1,6 +1,6 @@
 """AntMan (Xiao et al., OSDI'20): guaranteed jobs within tenants' quotas, opportunistic jobs on what they leave.
 
-This module is AntMan's global scheduler (§4); :mod:`corral.policies.coordinator` is its local coordinator
+This module is AntMan's global scheduler (§4); :mod:`corral.policies.antman.coordinator` is its local coordinator
 (§3.3), which this policy runs on the GPUs where something changed. ``docs/policies/antman.md`` says what differs
 from the paper. The rules:
 
@@ -10,7 +10,7 @@ from the paper. The rules:
   the other tenants go on. Across tenants the order is fair: the tenant holding the least of its quota
   (held / quota) goes first, ties by name; tenants without a quota come after, the oldest head-of-line job
   first. They get ordinary placements (whole GPUs, or their share of one for fractional jobs) by ``placement``;
-  the memory reserved for them is their expected need (:func:`~corral.policies.coordinator.expected_mem_mib`)
+  the memory reserved for them is their expected need (:func:`~corral.policies.antman.coordinator.expected_mem_mib`)
   until they have measured it.
 - **Reclaim** (§4: opportunistic jobs give way to guaranteed ones; §3's dynamic scaling and §3.3's coordinator let
   them shrink in place rather than be killed): when an ordinary placement lands on GPUs where opportunistic jobs
@@ -33,7 +33,7 @@ from the paper. The rules:
   free, else on free GPUs found by ``placement`` (a migration). Then pending opportunistic jobs of such tenants:
   launched on an ordinary placement and upgraded in the same decision. A tenant whose guaranteed queue stopped this
   round gets no upgrade (its own guaranteed jobs come first). At most ``max_upgrades`` per round.
-- **Coordinator** (§3.3): see :mod:`corral.policies.coordinator`. ``coordinator=false`` is the "packing without
+- **Coordinator** (§3.3): see :mod:`corral.policies.antman.coordinator`. ``coordinator=false`` is the "packing without
   the coordinator" comparison point: opportunistic jobs keep the share and memory cap they were placed with
   (only a reclaim shrinks them), and reservations are never re-sized.
 - ``opportunistic=false`` is the "exclusive allocation" comparison point: opportunistic jobs are placed like
@@ -68,9 +68,9 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, Upgrade
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
+from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
-from corral.policies.coordinator import (
+from corral.policies.antman.coordinator import (
     CoordinatorConfig,
     GpuSnapshot,
     Guest,
@@ -80,14 +80,14 @@ from corral.policies.coordinator import (
     Snapshot,
     expected_mem_mib,
 )
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.reasons import blocked_reason
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.reasons import blocked_reason
+from corral.policies.framework.view import ClusterView
 
 # (whole, GPU types, memory) -> the kind of a pending opportunistic job; with its size, its shape. A job of a kind
-# cannot fit where a smaller one of the same kind did not (see corral.policies.queue).
+# cannot fit where a smaller one of the same kind did not (see corral.policies.framework.queues).
 _Kind = tuple[bool, tuple[str, ...], int | None]
 _Shape = tuple[bool, tuple[str, ...], int | None, int]
 _Entry = tuple[float, int, str]  # (submission time, arrival number, job): FIFO order
@@ -354,7 +354,6 @@ def _fair_key(view: ClusterView, planner: Planner, tenant: str, head_submit_s: f
     return (0, held / (quota * FULL_GPU_MILLI) if quota else math.inf, tenant)
 
 
-@register_policy
 class AntManPolicy(BasePolicy):
     name = "antman"
     summary = "guaranteed jobs in quota, opportunistic jobs on spare GPU cycles and memory (AntMan, OSDI'20)"
@@ -863,7 +862,7 @@ class AntManPolicy(BasePolicy):
     # -- opportunistic jobs -----------------------------------------------------------------------------------
     def _place_waiting_opportunistic(self, rnd: _Round) -> None:
         """Walk the opportunistic queue in FIFO order over its shape groups, dropping at once every group of a
-        kind whose smaller jobs did not fit (as ``corral.policies.queue.PendingWalk`` does)."""
+        kind whose smaller jobs did not fit (as ``corral.policies.framework.queues.PendingWalk`` does)."""
         view = rnd.view
         exclusive = not self.cfg.opportunistic
         if not exclusive and not any(self._open):

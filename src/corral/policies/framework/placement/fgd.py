@@ -1,5 +1,8 @@
 """Fragmentation Gradient Descent (FGD): place GPU-sharing requests where they fragment the cluster least.
 
+The ``fgd`` placement strategy (:func:`place_fgd`, for requests of one GPU, fractional or whole; gangs of several
+GPUs are placed as ``consolidated``) and the scorer it weighs candidates with (:class:`FragmentationScorer`).
+
 After Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient
 Descent", USENIX ATC'23. The paper's trace (Alibaba's openb, ``corral.sim.traces.read_openb``) asks for parts
 of GPUs, and its authors found that the main waste is free GPU share that no waiting request can use.
@@ -61,7 +64,9 @@ from typing import NamedTuple
 
 from corral.core.cluster import Topology
 from corral.core.job import FULL_GPU_MILLI, JobSpec
-from corral.policies.planner import Planner
+from corral.core.placement import Placement
+from corral.policies.framework.placement.packing import pick_on_node
+from corral.policies.framework.planner import Planner
 
 DEFAULT_TOP_K = 16
 
@@ -169,7 +174,7 @@ _Key = tuple[int, int, int, int]
 class FragmentationScorer:
     """FGD for single-GPU requests (fractional, or one whole GPU), over a :class:`Planner`.
 
-    Feed it every submitted request with :meth:`observe`; ``place`` in :mod:`corral.policies.placement` calls
+    Feed it every submitted request with :meth:`observe`; ``place`` in :mod:`corral.policies.framework.placement` calls
     :meth:`choose_gpu` (fractional) and :meth:`choose_node` (one whole GPU). Gangs of several GPUs are not its
     business: they keep consolidated placement."""
 
@@ -337,3 +342,14 @@ def _table(top: list[tuple[TaskShape, int]], accepted: tuple[bool, ...]) -> _Tab
         else:
             whole.append((shape.num_gpus, w))
     return _Table(fractional, whole, other, other + sum(w for _, w in whole))
+
+
+def place_fgd(planner: Planner, spec: JobSpec, types: tuple[int, ...], scorer: FragmentationScorer) -> Placement | None:
+    """Place a one-GPU request (fractional or whole) where ``scorer`` says fragmentation grows least, and take it
+    in ``planner``; ``None`` if it fits nowhere now."""
+    if spec.gpu_milli < FULL_GPU_MILLI:
+        gpu = scorer.choose_gpu(planner, spec, types)
+        return None if gpu is None else planner.take(spec, [gpu])
+    node = scorer.choose_node(planner, spec, types)
+    # Any free GPU of the node scores the same; take it as consolidated would (the tightest PCIe switch).
+    return None if node is None else planner.take(spec, pick_on_node(planner, node, 1))

@@ -29,7 +29,7 @@ profiled per-task features.
 Both are kept as sufficient statistics (``lambda I + sum w phi phi^T``, ``sum w phi s``) and re-solved, lazily,
 by a Cholesky factorisation: an observation costs O(d^2) with d = 12.
 
-**Warm start** from Gavel's measured pairs (``gavel-throughputs``, :mod:`corral.policies.colocation`): every pair
+**Warm start** from Gavel's measured pairs (``gavel-throughputs``, :mod:`corral.workloads.colocation`): every pair
 of its 26 job types on the Gavel GPU type that stands for the cluster's type, each with weight 1. A pair Gavel
 measured at 0 (it did not fit in GPU memory together) is not a slowdown to regress on: it is recorded as a
 *stall* (predicted rate 0, never co-located), as is any pair later observed at a rate below ``stall_rate``.
@@ -48,10 +48,10 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.errors import ConfigError
-from corral.core.models import MODELS, ModelTraits, batch_mem_factor
-from corral.policies.batching import batch_curve
-from corral.policies.colocation import GAVEL_GPUS, ColocationTable
-from corral.policies.gp import cho_solve, cholesky
+from corral.policies.iadeep.gp import cho_solve, cholesky
+from corral.workloads.batching import batch_curve
+from corral.workloads.colocation import GAVEL_GPUS, ColocationTable
+from corral.workloads.models import MODELS, ModelTraits, batch_mem_factor
 
 SHARED_DIM = 12
 PAIR_DIM = 3

@@ -8,13 +8,13 @@ rules (section names are the paper's parts; corral's rendering of each is docume
 
 - **Online interference prediction** (scheduler): the slowdown a job would suffer beside the jobs on a GPU, and
   cause them, is predicted from the jobs' features by a model learned online from the co-locations the policy
-  observes, warm-started from Gavel's measured pairs (:mod:`corral.policies.interference`). Observations come
-  from telemetry (``JobView.telemetry``: step time over solo step time) and the executor's observed rates.
+  observes, warm-started from Gavel's measured pairs (:mod:`corral.policies.iadeep.interference`). Observations
+  come from telemetry (``JobView.telemetry``: step time over solo step time) and the executor's observed rates.
 - **Placement** (scheduler): jobs are taken first come, first served (later ones may start when an earlier one
   cannot: backfilling). A single-GPU job goes to an idle GPU when one of its types is free (no interference: the
   least degradation there is), consolidated (the fullest node first). Otherwise it is a candidate for
   co-location: every GPU shared by fewer than ``max_colocate`` such jobs, and nothing else, is scored by the
-  *total degradation* it would have with the job added (:func:`corral.policies.tuner.degradation`, summed over
+  *total degradation* it would have with the job added (:func:`corral.policies.iadeep.tuner.degradation`, summed over
   the GPU's jobs at the best configuration the tuner's prior predicts within the GPU's memory), and the job goes
   where that total grows least. **Co-locating against waiting**: it goes there only if the GPU's jobs together
   are predicted to progress at least ``min_gain`` faster than before it joined (their rates relative to running
@@ -24,7 +24,7 @@ rules (section names are the paper's parts; corral's rendering of each is docume
 - **Batch-size tuning** (tuner): the batch sizes of a GPU's co-located jobs are searched with GP-LCB, the
   objective their total degradation (interference x throughput drop / statistical efficiency), each measurement
   a tuning step of ``tune_interval_s``, within the GPU's memory as predicted by a polynomial of each job's batch
-  size fitted to what it reported (:mod:`corral.policies.tuner`). The first configuration, applied with the
+  size fitted to what it reported (:mod:`corral.policies.iadeep.tuner`). The first configuration, applied with the
   placement, is the prior's best; after ``tune_steps`` measurements the GPU keeps the best one measured. A job
   left alone on its GPU goes back to its own batch size.
 - **Memory** (both): every co-locatable job holds a memory reservation on its GPU (``Placement.mem_mib``): its
@@ -64,19 +64,19 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, SetBatchSize
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
-from corral.core.models import batch_mem_factor, statistical_efficiency, traits
+from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, option
-from corral.policies.batching import BatchCurve, batch_curve, goodput_ratio, type_at_batch
-from corral.policies.colocation import ColocationTable, gavel_gpu, load_colocation
-from corral.policies.interference import InterferencePredictor, JobFeatures, gavel_features, job_features
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.reasons import fit_reason, quota_reason
-from corral.policies.registry import register_policy
-from corral.policies.tuner import Config as Sizes
-from corral.policies.tuner import GroupTuner, MemoryCurve, TunerConfig, config_grid, degradation
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.reasons import fit_reason, quota_reason
+from corral.policies.framework.view import ClusterView
+from corral.policies.iadeep.interference import InterferencePredictor, JobFeatures, gavel_features, job_features
+from corral.policies.iadeep.tuner import Config as Sizes
+from corral.policies.iadeep.tuner import GroupTuner, MemoryCurve, TunerConfig, config_grid, degradation
+from corral.workloads.batching import BatchCurve, batch_curve, goodput_ratio, type_at_batch
+from corral.workloads.colocation import ColocationTable, gavel_gpu, load_colocation
+from corral.workloads.models import batch_mem_factor, statistical_efficiency, traits
 
 _Entry = tuple[float, int, str]  # (submission time, arrival number, job): first come, first served
 _PLACE_CONFIGS = 64  # configurations the placement search scores per candidate GPU
@@ -226,7 +226,6 @@ class _Round:
         return mem_given(job.spec, job.placement)
 
 
-@register_policy
 class IADeepPolicy(BasePolicy):
     name = "iadeep"
     summary = "interference-aware co-location and GP-LCB batch-size tuning within GPU memory (IADeep, SC'23)"

@@ -1,11 +1,11 @@
 """Walking the pending queue in order while skipping, wholesale, every job that cannot fit this round.
 
-Whether a job fits depends on its :class:`~corral.policies.view.PendingShape` (size, share, GPU types, memory,
-and its tenant when the tenant has a quota), not on which job it is: every placement strategy finds GPUs
-whenever enough are free. So once a job fails, every pending job of the same kind and at least its size fails
-too, this round. :class:`PendingWalk` merges the engine's per-shape groups (each already in queue order) and
-drops a blocked group without visiting its jobs: a round costs O(groups + jobs launched), not O(queue), which is
-what keeps a backfilling scheduler fast when thousands of jobs wait.
+Whether a job fits depends on its :class:`~corral.policies.framework.view.PendingShape` (size, share, GPU types,
+memory, and its tenant when the tenant has a quota), not on which job it is: every placement strategy finds GPUs
+whenever enough are free. So once a job fails, every pending job of the same kind and at least its size fails too,
+this round. :class:`PendingWalk` merges the engine's per-shape groups (each already in queue order) and drops a
+blocked group without visiting its jobs: a round costs O(groups + jobs launched), not O(queue), which is what keeps
+a backfilling scheduler fast when thousands of jobs wait.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from corral.core.job import JobView
-from corral.policies.view import ClusterView, PendingEntry, PendingShape
+from corral.policies.framework.view import ClusterView, PendingEntry, PendingShape
 
 
 class PendingWalk:

@@ -2,11 +2,12 @@
 clusters of cells, buddy cell allocation, and low-priority jobs on borrowed cells. ``hived:cells=false`` is the
 quota-only scheduler HiveD is measured against (§2.2), for the sharing-anomaly comparison.
 
-The cells, the buddy allocator and the cell quotas are :mod:`corral.policies.cells`. The rules here:
+The cells and the buddy allocator are :mod:`corral.policies.hived.cells`, the cell quotas that make up each
+virtual cluster :mod:`corral.policies.hived.vc`. The rules here:
 
 - **Virtual clusters** (§3.1). Each tenant with cells is a VC: ``vc_cells`` names them, or they are derived from
-  the tenants' GPU quotas (:func:`~corral.policies.cells.derive_vc_cells`: a VC of n nodes' worth of GPUs owns n
-  node cells). A VC's guaranteed jobs are its *high-priority* jobs; everything else (opportunistic jobs, jobs of
+  the tenants' GPU quotas (:func:`~corral.policies.hived.vc.derive_vc_cells`: a VC of n nodes' worth of GPUs owns
+  n node cells). A VC's guaranteed jobs are its *high-priority* jobs; everything else (opportunistic jobs, jobs of
   tenants without cells) is *low-priority* (§3.4).
 - **Intra-VC placement** (§3.2, §4). A high-priority job runs inside its VC's virtual cells, as in a private
   cluster made of them: a job of n GPUs up to a node's worth goes to one cell of the lowest level that holds it
@@ -46,7 +47,7 @@ asking for a share of one gets a whole GPU. A gang runs on one chain (one node s
 
 Cost: the policy keeps its own picture of the cells, changed in the round that decides (and checked against
 each change the engine reports): per cell the GPUs used by high- and low-priority jobs and the GPUs bound to no
-VC, indexed per level by free count (:class:`~corral.policies.cells.Buckets`); a placement is a few bucket
+VC, indexed per level by free count (:class:`~corral.policies.hived.cells.Buckets`); a placement is a few bucket
 look-ups and a walk down one cell, O(levels x fanout), never a scan of every GPU or job.
 """
 
@@ -64,23 +65,12 @@ from sortedcontainers import SortedList
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import InvariantViolation
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
+from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.base import BasePolicy, PolicyConfig, allowed_types, capacity_reason, option
-from corral.policies.cells import (
-    BOUND,
-    Buckets,
-    BuddyAllocator,
-    CellQuota,
-    CellTree,
-    Chain,
-    VcCells,
-    check_vc_cells,
-    derive_vc_cells,
-    describe_vc,
-    parse_vc_cells,
-)
-from corral.policies.registry import register_policy
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
+from corral.policies.framework.view import ClusterView
+from corral.policies.hived.cells import BOUND, Buckets, BuddyAllocator, CellTree, Chain
+from corral.policies.hived.vc import CellQuota, VcCells, check_vc_cells, derive_vc_cells, describe_vc, parse_vc_cells
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +132,7 @@ class _Queue:
 
 class _Walk:
     """The merged FIFO order of a :class:`_Queue`'s groups, skipping wholesale every group a failure blocks (as
-    ``policies.queue.PendingWalk``). The queue must not change while it is walked."""
+    ``policies.framework.queues.PendingWalk``). The queue must not change while it is walked."""
 
     __slots__ = ("_by_group", "_by_kind", "_by_vc", "_heap", "_queue")
 
@@ -215,7 +205,6 @@ class _Run:
 _Plan = tuple[Any, ...]  # ("cell", cell) | ("bind", level) | ("spare",)
 
 
-@register_policy
 class HivedPolicy(BasePolicy):
     name = "hived"
     summary = "HiveD (OSDI'20): virtual clusters of cells, buddy allocation, borrowers preempted; cells=false: quotas"
@@ -589,8 +578,8 @@ class HivedPolicy(BasePolicy):
     def _vc_place(self, vc: _VC, chain: Chain, n: int) -> list[int] | None:
         """Plan ``n`` GPUs in the VC's cells of ``chain`` and, if they fit, bind what the plan needs and return
         the GPUs (the intra-VC rule of the module docstring). A cell bound for the plan that turns out to be bad (a
-        doomed bad cell: nodes of it are down, see :mod:`corral.policies.cells`) may not hold them: then every cell
-        bound here is released again and the job waits."""
+        doomed bad cell: nodes of it are down, see :mod:`corral.policies.hived.cells`) may not hold them: then
+        every cell bound here is released again and the job waits."""
         tree = self.tree
         assert tree is not None
         ci, nl, g = chain.index, chain.node_level, chain.node_gpus
@@ -807,7 +796,7 @@ class HivedPolicy(BasePolicy):
         """Node ``node`` went down (``sign`` +1) or came back (-1). Its GPUs count in the picture of the cells as
         lent for good (idle to nobody, never a preemption victim: nothing runs there) and as down (available to
         no VC); the buddy allocator files the cells over them as bad or healthy again (HiveD's handling of bad
-        hardware, see :mod:`corral.policies.cells`). The engine requeued the node's jobs before this."""
+        hardware, see :mod:`corral.policies.hived.cells`). The engine requeued the node's jobs before this."""
         tree = self.tree
         assert tree is not None
         gpus = list(tree.topology.node_gpus(node))

@@ -4,8 +4,9 @@ Lookup order: the ``CORRAL_DATA_DIR`` environment variable; then a ``shared/data
 directory or any of its parents (``../shared/data`` from the project root); then the same next to the installed
 source tree (for an editable install).
 
-It lives in ``core`` because policies read shared data too (Tiresias' GPU-time distributions, Gavel's
-co-location throughputs), and policies may not import the simulator.
+It lives in ``workloads`` because policies read shared data too (Tiresias' GPU-time distributions, Gavel's
+co-location throughputs), and policies may not import the simulator; the simulator (its cluster lists, its
+truth) finds its files here as well.
 """
 
 from __future__ import annotations

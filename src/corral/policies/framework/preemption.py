@@ -20,10 +20,10 @@ from typing import Any
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
-from corral.policies.base import allowed_types
-from corral.policies.placement import PlacementStrategy, place
-from corral.policies.planner import Planner
-from corral.policies.view import ClusterView
+from corral.policies.framework.contract import allowed_types
+from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.planner import Planner
+from corral.policies.framework.view import ClusterView
 
 
 class _Victim:

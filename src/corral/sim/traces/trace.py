@@ -1,9 +1,10 @@
 """A job trace: the jobs to replay, in submission order, and an account of how they were read.
 
-Every reader in :mod:`corral.sim.traces` returns a :class:`Trace`. ``jobs`` is sorted by ``submit_s`` (ties
-keep file order), with times in seconds from the trace's own origin. ``skipped`` counts rows left out and why
-(only with ``skip_invalid``, or rows the format itself says cannot be replayed, such as openb's CPU-only pods);
-``notes`` tells the user, in words, every such treatment so a replay is never silently different from the file.
+Every reader in :mod:`corral.sim.traces` returns a :class:`Trace` (which that package exports). ``jobs`` is
+sorted by ``submit_s`` (ties keep file order), with times in seconds from the trace's own origin. ``skipped``
+counts rows left out and why (only with ``skip_invalid``, or rows the format itself says cannot be replayed, such
+as openb's CPU-only pods); ``notes`` tells the user, in words, every such treatment so a replay is never silently
+different from the file.
 """
 
 from __future__ import annotations

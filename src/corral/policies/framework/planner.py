@@ -23,7 +23,7 @@ from typing import Any
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
-from corral.policies.view import ClusterView
+from corral.policies.framework.view import ClusterView
 
 
 class Planner:

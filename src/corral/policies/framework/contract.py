@@ -1,4 +1,4 @@
-"""The policy contract, the shared config machinery, and the default hooks.
+"""The policy contract and the default hooks.
 
 A policy is an object with one required method, ``schedule(view, now_s) -> Decision``, and optional hooks with
 neutral defaults, in the spirit of the Kubernetes scheduling framework:
@@ -37,34 +37,26 @@ Contract:
    the whole cluster, up or down (``topology``): a job that only lost nodes could hold stays pending until they
    are back, it is not rejected, since the node may come back (and one that never returns leaves it unfinished).
 
-Each policy has a frozen config dataclass whose fields carry ``help`` metadata; the CLI builds its options and
-its ``corral policies`` listing from them.
+Each policy has a frozen config dataclass (a :class:`PolicyConfig`) whose fields carry ``help`` metadata (made
+with :func:`corral.core.options.option`); the CLI builds its options and its ``corral policies`` listing from them
+(:mod:`corral.core.options`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import types
-import typing
-from collections.abc import Collection, Mapping, Sequence
-from enum import Enum
-from typing import Any, ClassVar, Literal
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar
 
 from corral.core.decisions import Decision
-from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
-from corral.policies.view import ClusterView
-
-
-def option(default: Any, help: str) -> Any:
-    """A config field with help text (shown by ``corral policies`` and ``--help``)."""
-    return dataclasses.field(default=default, metadata={"help": help})
+from corral.policies.framework.view import ClusterView
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Base of every policy's options. Subclasses add fields made with :func:`option`."""
+    """Base of every policy's options. Subclasses add fields made with :func:`corral.core.options.option`."""
 
 
 class BasePolicy:
@@ -147,85 +139,3 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
         gpus = spec.gpu_demand_milli / FULL_GPU_MILLI
         return f"needs {gpus:g} guaranteed GPUs; tenant {spec.tenant!r} has a quota of {quota}"
     return None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Options from strings (CLI: --policy "fifo:placement=spread,backfill=true")
-# ----------------------------------------------------------------------------------------------------------
-def config_fields(config_cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
-    """``(name, type, default, help)`` for each field of a config dataclass (a policy's, the perf model's)."""
-    hints = typing.get_type_hints(config_cls)
-    return [(f.name, hints[f.name], f.default, str(f.metadata.get("help", ""))) for f in dataclasses.fields(config_cls)]
-
-
-def type_label(tp: Any) -> str:
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return "|".join(str(m.value) for m in tp)
-    if typing.get_origin(tp) is Literal:
-        return "|".join(str(a) for a in typing.get_args(tp))
-    if typing.get_origin(tp) is tuple:
-        return f"{type_label(typing.get_args(tp)[0])}/..."
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        return " or ".join(type_label(a) for a in typing.get_args(tp) if a is not type(None))
-    return getattr(tp, "__name__", str(tp))
-
-
-def coerce(name: str, tp: Any, raw: str) -> Any:
-    """Turn the text of an option into a value of the field's type, or a ConfigError saying what was expected."""
-    text = raw.strip()
-    try:
-        if tp is bool:
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if tp is int:
-            return int(text)
-        if tp is float:
-            return float(text)
-        if tp is str:
-            return text
-        if isinstance(tp, type) and issubclass(tp, Enum):
-            return tp(text)
-        if typing.get_origin(tp) is Literal:
-            for arg in typing.get_args(tp):
-                if str(arg) == text:
-                    return arg
-            raise ValueError
-        if typing.get_origin(tp) is tuple:
-            (inner, *_rest) = typing.get_args(tp)
-            return tuple(coerce(name, inner, part) for part in text.split("/") if part.strip())
-        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            if type(None) in typing.get_args(tp) and text.lower() in ("", "none"):
-                return None
-            for arg in args:
-                try:
-                    return coerce(name, arg, text)
-                except ConfigError:
-                    continue
-            raise ValueError
-    except ValueError:
-        raise ConfigError(f"option {name}: expected {type_label(tp)}, got {raw!r}") from None
-    raise ConfigError(f"option {name}: unsupported option type {tp!r}")
-
-
-C = typing.TypeVar("C")
-
-
-def build_config(config_cls: type[C], options: Mapping[str, str], policy: str) -> C:
-    """An instance of the dataclass ``config_cls`` from text options, checked and typed field by field."""
-    fields = {name: tp for name, tp, _, _ in config_fields(config_cls)}
-    values: dict[str, Any] = {}
-    for key, raw in options.items():
-        name = key.strip().replace("-", "_")
-        if name not in fields:
-            known = ", ".join(sorted(fields)) or "none"
-            raise ConfigError(f"{policy} has no option {key!r} (its options: {known})")
-        values[name] = coerce(name, fields[name], raw)
-    try:
-        return config_cls(**values)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{policy}: {exc}") from None

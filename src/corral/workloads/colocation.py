@@ -15,7 +15,7 @@ above 1.0 (measurement noise) are capped at 1.0.
 
 How a corral job finds its row (:func:`pair_rates`):
 
-- **Model**: the job's ``model`` maps to a Gavel job type through :data:`corral.core.models.MODELS`
+- **Model**: the job's ``model`` maps to a Gavel job type through :data:`corral.workloads.models.MODELS`
   (``colocation_type``: measured types are themselves, others a stand-in, e.g. VGG-16 -> ResNet-50).
 - **GPU type** (:func:`gavel_gpu`): a cluster type whose name contains ``k80``, ``p100`` or ``v100``
   (case-insensitive) uses that column; any other type uses the Gavel type nearest in relative speed (K80 0.25,
@@ -39,9 +39,9 @@ from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-from corral.core.data import data_file
 from corral.core.errors import ConfigError
-from corral.core.models import traits
+from corral.workloads.data import data_file
+from corral.workloads.models import traits
 
 GAVEL_GPUS: tuple[str, ...] = ("k80", "p100", "v100")
 # Relative speed (V100 = 1.0) and memory (MiB) of Gavel's GPU types, to map other types to the nearest.

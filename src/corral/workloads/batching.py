@@ -1,9 +1,9 @@
 """Batch-size curves from Gavel's measurements: a job's throughput, interference type and goodput at a batch size.
 
 The simulator's job model (its truth) and IADeep's predictions (SC'23) read the same measurements, as the
-packing model and Gandiva share :mod:`corral.policies.colocation`. Gavel (OSDI'20) measured five job families
+packing model and Gandiva share :mod:`corral.workloads.colocation`. Gavel (OSDI'20) measured five job families
 at several batch sizes each, alone and in every pair packed on one GPU (``gavel-throughputs``; see
-:mod:`corral.policies.colocation` for the file and its license):
+:mod:`corral.workloads.colocation` for the file and its license):
 
 ========================  =========================  ==================
 family                    batch sizes measured       reference (Gavel's default)
@@ -23,7 +23,7 @@ A3C, CycleGAN             one (no batch size named)  not tunable
   saving). ``throughput_ratio(b)`` is samples/s at ``b`` over samples/s at the
   reference batch size. The simulator also scales a job's SM busy fraction and memory-bandwidth use by it (a GPU
   doing more samples per second is busier; an assumption, capped at the whole GPU).
-- :func:`goodput_ratio` multiplies it by the statistical efficiency of :mod:`corral.core.models` (Pollux's
+- :func:`goodput_ratio` multiplies it by the statistical efficiency of :mod:`corral.workloads.models` (Pollux's
   gradient-noise-scale form): how fast a job's work (counted in reference-batch seconds) gets done at ``b``.
 - :func:`type_at_batch` names the Gavel job type a model runs as at a batch size (the measured size nearest in
   log scale, ties to the smaller), so that pair interference at other batch sizes is Gavel's measured one too.
@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from corral.core.models import ModelTraits, statistical_efficiency
-from corral.policies.colocation import ColocationTable
+from corral.workloads.colocation import ColocationTable
+from corral.workloads.models import ModelTraits, statistical_efficiency
 
 _TYPE_RE = re.compile(r"^(.*) \(batch size (\d+)\)$")
 
@@ -99,7 +99,7 @@ _CACHE: dict[tuple[int, str, str], tuple[ColocationTable, BatchCurve | None]] = 
 
 
 def batch_curve(table: ColocationTable, model: ModelTraits, gpu: str) -> BatchCurve | None:
-    """``model``'s throughput curve on Gavel GPU type ``gpu`` (:func:`corral.policies.colocation.gavel_gpu`), or
+    """``model``'s throughput curve on Gavel GPU type ``gpu`` (:func:`corral.workloads.colocation.gavel_gpu`), or
     ``None`` when its batch size is not tunable (unknown model, a family measured at one size, no reference)."""
     key = (id(table), gpu, model.colocation_type)
     got = _CACHE.get(key)

@@ -1,9 +1,9 @@
 """Why a waiting job did not start this round, in a few words a person reads in ``corral jobs`` (Slurm's reason
 column): the check that refused it, with the figures that made it refuse.
 
-A reason is worked out only for a job the round examined and left waiting (a policy asks for it where its walk
-gives up on the job), from the round's :class:`~corral.policies.planner.Planner`: what was free after the jobs the
-round placed before it. It costs a few index lookups (the largest free count on one node is found from the free
+A reason is worked out only for a job the round examined and left waiting (a policy asks for it where its walk gives
+up on the job), from the round's :class:`~corral.policies.framework.planner.Planner`: what was free after the jobs
+the round placed before it. It costs a few index lookups (the largest free count on one node is found from the free
 count buckets, never by scanning nodes), so a round that examines thousands of jobs can afford it.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
-from corral.policies.placement import PlacementStrategy
-from corral.policies.planner import Planner
+from corral.policies.framework.placement import PlacementStrategy
+from corral.policies.framework.planner import Planner
 
 
 def quota_reason(planner: Planner, spec: JobSpec) -> str:

@@ -6,14 +6,14 @@ count, fractional GPUs sorted by free share, the pending queue in policy order) 
 "where does this job fit?" without scanning every GPU or every job: a full Philly replay makes hundreds of
 thousands of such queries.
 
-Contract (see :mod:`corral.policies.base`): the view does not change during a ``schedule`` call, and what it
-returns must not be mutated.
+Contract (see :mod:`corral.policies.framework.contract`): the view does not change during a ``schedule`` call, and
+what it returns must not be mutated.
 
 Nodes can be down (lost; see :mod:`corral.engine.state`). Every count and index here is over the nodes that are
 up: a down node is in no bucket, its GPUs count in no free total and read as having no free share or memory.
 ``topology`` and ``max_node_gpus`` describe the whole cluster, up or down; ``node_up``, ``down_nodes`` and
 ``up_gpus`` say what is up now. A policy that keeps structures of its own about nodes hears of each change through
-``on_nodes_changed`` (:mod:`corral.policies.base`).
+``on_nodes_changed`` (:mod:`corral.policies.framework.contract`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ClusterView(Protocol):
 
     def pending_groups(self) -> Iterator[tuple[PendingShape, Sequence[PendingEntry]]]:
         """The pending queue split by :class:`PendingShape`, each group in queue order. Lets a round skip every
-        job of a shape that cannot fit without looking at them one by one (see ``policies.queue``)."""
+        job of a shape that cannot fit without looking at them one by one (see ``policies.framework.queues``)."""
         ...
 
     def running(self) -> Iterator[JobView]:

@@ -1,8 +1,8 @@
 """AntMan's local coordinator (Xiao et al., OSDI'20 §3.3): keep opportunistic jobs out of the guaranteed jobs' way.
 
-The global scheduler (:mod:`corral.policies.antman`) decides *where* jobs run; on each GPU that an opportunistic
-job shares with guaranteed ones, this coordinator decides *how much* of it the opportunistic job may use, from
-what the jobs measure at their mini-batch boundaries (:class:`~corral.core.telemetry.Telemetry`). It is pure
+The global scheduler (:mod:`corral.policies.antman.policy`) decides *where* jobs run; on each GPU that an
+opportunistic job shares with guaranteed ones, this coordinator decides *how much* of it the opportunistic job may
+use, from what the jobs measure at their mini-batch boundaries (:class:`~corral.core.telemetry.Telemetry`). It is pure
 logic over a :class:`Snapshot` of some GPUs and the jobs on them, plus a small state of its own (baselines,
 ceilings, last changes, wake-ups), so the live node agent can run it unchanged on real measurements: it gives
 the agent a snapshot of its node and applies the :class:`Plan` that comes back. The rules:
@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobSpec
-from corral.core.models import UNKNOWN, traits
 from corral.core.telemetry import Telemetry
+from corral.workloads.models import UNKNOWN, traits
 
 _EPS_S = 1e-6  # times this close are the same instant (checks are multiples of the interval in floating point)
 
@@ -64,7 +64,7 @@ _EPS_S = 1e-6  # times this close are the same instant (checks are multiples of 
 def expected_mem_mib(spec: JobSpec, gpu_mem_mib: int) -> int:
     """GPU memory ``spec`` is expected to need on each of its GPUs (of ``gpu_mem_mib``), before it has measured.
 
-    The job's own figure when it gives one; else its model's peak footprint (``corral.core.models``: measured
+    The job's own figure when it gives one; else its model's peak footprint (``corral.workloads.models``: measured
     at the model's reference batch size) scaled by its share of the GPU; else, for a model corral does not know,
     its whole share of the GPU's memory. Never more than the GPU has. One function, so the source of the
     estimate is changed in one place.

@@ -5,7 +5,7 @@ the batch size, rather than by throttling kernels: a smaller batch leaves more o
 one amortises a step's fixed costs, and each changes how much a sample teaches (statistical efficiency). The
 tuner searches the joint configuration of the tasks on one device with Bayesian optimisation (GP-LCB) under the
 device's memory, predicted for each task by a polynomial of its batch size fitted to what it used. This module
-is that search, for one GPU at a time; :mod:`corral.policies.iadeep` decides when to run it.
+is that search, for one GPU at a time; :mod:`corral.policies.iadeep.policy` decides when to run it.
 
 **Objective** (minimised): the jobs' total *performance degradation*. For job j at batch size b_j beside the
 others at theirs, its progress rate relative to running alone at its reference batch size is
@@ -20,7 +20,7 @@ other over alone).
 per job, models the measured score minus the prior one (so with no observation the tuner trusts the prior, and
 each measurement corrects it around the configurations tried). The next configuration is the feasible one with
 the least ``prior + mean - sqrt(scale x beta_t) x sd``, with Srinivas et al.'s ``beta_t``
-(:func:`corral.policies.gp.lcb_beta`) scaled down by ``scale`` as practical Bayesian optimisation does. After
+(:func:`corral.policies.iadeep.gp.lcb_beta`) scaled down by ``scale`` as practical Bayesian optimisation does. After
 ``steps`` measurements, or when the LCB picks a configuration already measured (nothing left worth trying), the
 tuner settles on the best one measured.
 
@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from corral.core.errors import ConfigError
-from corral.core.models import ModelTraits, batch_mem_factor
-from corral.policies.gp import GaussianProcess, cho_solve, cholesky, lcb_beta
+from corral.policies.iadeep.gp import GaussianProcess, cho_solve, cholesky, lcb_beta
+from corral.workloads.models import ModelTraits, batch_mem_factor
 
 Config = tuple[int, ...]
 

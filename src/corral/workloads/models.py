@@ -11,7 +11,7 @@ A job's ``model`` names what it trains. The model-aware policies need three trai
   percent for ResNet); they are the simulator's default, not corral's own measurements, and the performance
   model can override them.
 - ``colocation_type``: the job type in Gavel's measured co-location throughputs (OSDI'20; see
-  :mod:`corral.policies.colocation`) that stands for this model. Gavel measured ResNet-18/50, Transformer,
+  :mod:`corral.workloads.colocation`) that stands for this model. Gavel measured ResNet-18/50, Transformer,
   LM, Recommendation, A3C and CycleGAN; models it did not measure map to the nearest measured one (the VGG
   family, AlexNet and Inception to ResNet-50, a large convolutional network at batch size 64; GoogLeNet to
   ResNet-18), and that mapping is recorded in :data:`MODELS` so a report can say it.
@@ -33,7 +33,7 @@ the one at which the traces' durations are taken to be measured. Three functions
 
 - *throughput* (samples/s): **measured**. Gavel measured each of its job families at several batch sizes (ResNet-18
   and Transformer at 16-256, ResNet-50 at 16-128, LM at 5-80, Recommendation at 512-8192), so the simulator reads
-  it from the same file (:mod:`corral.policies.batching`); a stand-in model follows its stand-in's curve (an
+  it from the same file (:mod:`corral.workloads.batching`); a stand-in model follows its stand-in's curve (an
   assumption, like the stand-in itself). A3C and CycleGAN were measured at one batch size only: their batch size
   is not tunable.
 - *GPU memory*: ``mem_mib x (mem_fixed_frac + (1 - mem_fixed_frac) x b / ref_batch)``: weights, gradients,
