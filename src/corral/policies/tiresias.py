@@ -473,7 +473,8 @@ class TiresiasPolicy(BasePolicy):
                 placement = place_on_free(view, planner, job.spec, self._strategy(job.spec))
                 if placement is not None:
                     actions.append(Launch(job.spec.job_id, placement))
-        self._settle(view, actions)
+        if actions or self._demoted:
+            self._settle(view, actions)
         # The engine applies the actions after this returns, so ask now for the timers they will need.
         starving = self.cfg.starvation_knob > 0  # else a preempted job is never promoted: no timer for it
         for action in actions:

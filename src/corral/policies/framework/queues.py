@@ -93,6 +93,8 @@ class StrictBlocks:
         return -(-shape.size // node_gpus) if node_gpus else 0
 
     def blocked(self, shape: PendingShape, types: Sequence[int]) -> bool:
+        if not self._min_size:  # nothing blocked yet: the common case, answered without working out the span
+            return False
         limit = self._min_size.get((shape.gpu_types, shape.gpu_mem_mib, self._span(shape, types)))
         return limit is not None and shape.size >= limit
 
