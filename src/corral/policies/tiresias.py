@@ -40,7 +40,7 @@ Defaults follow the authors' simulator for its 2D schedules (``run_sim.py``, ``j
 3,250 and 7,200 GPU-seconds, running-first order, a Gittins quantum of 3,250 GPU-seconds over the
 ``yarn-gput1000`` samples, and the starvation guard off (``starvation_knob=0``): on loaded Philly replays a knob
 of 2 to 8 traded a few percent of average JCT for seven to nine times the preemptions (docs/reproduction.md).
-With the peers' assumptions matched, corral's average JCT is within 1% of the authors' simulator (2D-LAS and
+With the peers' assumptions matched, corral's average JCT is within 2% of the authors' simulator (2D-LAS and
 2D-Gittins, 60-job trace, 2x4 and 4x4) and of the Pollux artifact's Tiresias on six of its eight workloads
 (``benchmarks/bench_peers.py``; docs/reproduction.md gives the figures and the two workloads still off).
 Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine for, so a round costs
