@@ -31,7 +31,7 @@ TIRESIAS_SCHEDULES = {
     "fifo (yarn)": "fifo",
     "shortest (SRTF)": "srtf",
     "dlas-gpu (2D-LAS)": "tiresias:thresholds_gpu_s=3250/7200,sensitive=none",
-    "dlas-gpu-gittins": "tiresias:priority=gittins,thresholds_gpu_s=3250/7200,sensitive=none",
+    "dlas-gpu-gittins": "tiresias:priority=gittins,gittins_rerank=true,thresholds_gpu_s=3250/7200,sensitive=none",
 }
 POLLUX_PERF = "restore_s=30,spread_rate=1,cross_rack_rate=1,model_spread=false"
 POLLUX_POLICY = "tiresias:thresholds_gpu_s=57600,sensitive=none,within_queue=entry,round_s=60"

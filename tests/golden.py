@@ -20,11 +20,7 @@ DECISION_DIGESTS = {
     "sixty/srtf": "d74a732c6b800b86",
     "sixty/yarn-cs": "95ad5ab03e71094f",
     "sixty/tiresias": "af5cea670799e584",
-    # Issue 15: Tiresias' Gittins as the authors' simulator does it: running jobs ranked again by their index as
-    # their service grows (before: the index at launch), samples yarn-gput1000 (before: 10000), three queues at
-    # 3,250/7,200 GPU-s, demoted jobs behind the waiting ones; on this 8-GPU trace it now matches the authors'
-    # average JCT within 1.6% (benchmarks/bench_peers.py; was "af5cea670799e584").
-    "sixty/tiresias:priority=gittins": "a1fe4fb4495095c5",
+    "sixty/tiresias:priority=gittins": "af5cea670799e584",
     "sixty/gandiva": "825cb3360acd4ac8",
     "sixty/themis": "cb7968cc79bb315b",
     "sixty/antman": "19c2dcd827d1a4fa",

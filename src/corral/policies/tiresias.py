@@ -14,7 +14,8 @@ The rules, each with the section of the paper it comes from:
   thresholds; a job enters the top queue and is demoted to the next one the moment its attained service
   crosses that queue's threshold. Within a queue 2D-LAS is FIFO by entry into the queue: a demoted job goes to
   the back of its new queue, behind the jobs already waiting there. 2D-Gittins orders a queue by Gittins index
-  (running jobs' indices recomputed at every round, as their service grows), then by submit time, then FIFO.
+  (with ``gittins_rerank``, running jobs' indices recomputed as their service grows), then by submit time,
+  then FIFO.
 - **Order inside a queue** (``within_queue``): ``running-first``, as the authors' simulator keeps its queue lists,
   moves a queue's running jobs ahead of its waiting ones after every round (a job that just entered the queue
   stays behind the waiting ones for that round only, so they may preempt it; a preempted job goes to the front
@@ -42,9 +43,10 @@ Defaults follow the authors' simulator for its 2D schedules (``run_sim.py``, ``j
 of 2 to 8 traded a few percent of average JCT for seven to nine times the preemptions (docs/reproduction.md).
 With the peers' assumptions matched, corral's average JCT is within 2% of the authors' simulator (2D-LAS and
 2D-Gittins, 60-job trace, 2x4 and 4x4) and of the Pollux artifact's Tiresias on six of its eight workloads
-(``benchmarks/bench_peers.py``; docs/reproduction.md gives the figures and the two workloads still off).
+(``benchmarks/bench_peers.py``; docs/policies/tiresias.md gives the figures and the two workloads still off).
 Every event the policy reacts to (a demotion, a promotion) is a timer it asks the engine for, so a round costs
-O(jobs it touches), never a scan of every job (Gittins re-ranks the running jobs at every round).
+O(jobs it touches), never a scan of every job (with ``gittins_rerank``, Gittins re-ranks the running jobs when a
+round needs victims).
 
 Incremental bookkeeping: a pending job's queue and index cannot change while it waits (it attains no
 service), except through a promotion, after which the engine re-files it (``on_timer`` returns it). A
@@ -122,6 +124,12 @@ class TiresiasConfig(PolicyConfig):
         "or 'learned' (finished jobs, starting from yarn-gput1000)",
     )
     gittins_quantum_gpu_s: float = option(3250.0, "gittins: the service quantum Δ in GPU-seconds")
+    gittins_rerank: bool = option(
+        False,
+        "gittins: rank running jobs again by their index as their service grows and let a queue's waiting jobs "
+        "preempt its running ones (the authors' simulator, which charges no restore); false: a running job keeps "
+        "its index from launch and only lower queues are preempted",
+    )
     learn_after: int = option(100, "gittins learned: finished jobs needed before their distribution is used")
 
     def __post_init__(self) -> None:
@@ -496,7 +504,7 @@ class TiresiasPolicy(BasePolicy):
         """Running jobs, lowest priority first, as ``(rank, job)`` for :class:`Victims`, which reads them only when a
         waiting job does not fit on free GPUs. Under Gittins a running job's index moves with its attained service
         (the authors' simulator re-sorts every queue at every event): they are ranked again first, at once."""
-        if self._gittins is not None:
+        if self._gittins is not None and self.cfg.gittins_rerank:
             entries = []
             run_entry = self._run_entry
             for job_id in run_entry:
@@ -589,6 +597,11 @@ class TiresiasPolicy(BasePolicy):
                     continue
             if victims is not None:
                 key = self._key(job, _WAITING, self._pos[job_id], now_s)
+                if self._gittins is not None and not self.cfg.gittins_rerank:
+                    # Indices taken at different times do not compare: only lower queues are preempted, or a
+                    # waiting job and the one it preempted would take the GPUs back from each other, each time
+                    # paying a restore (a 41,000-job Philly VC went from 18,000 preemptions to millions).
+                    key = (key[0], math.inf)
                 lowest = victims.first_rank()
                 if lowest is None or lowest <= key:
                     victims = None  # in priority order: nobody later outranks a running job either
