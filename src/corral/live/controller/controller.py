@@ -168,6 +168,7 @@ class Controller:
                 note=self.note,
                 launch_request=self.launch_request,
                 set_movable=self.state.set_movable,
+                report=self.deliver,
             )
         )
         self.engine = Engine(self.state, policy, self.executor, self.clock, record_decisions=record_decisions)

@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from corral.core import contract
 from corral.core.job import FULL_GPU_MILLI, JobStatus
 from corral.core.placement import Placement
-from corral.live.agent import (
-    LaunchRequest,
-)
+from corral.live.agent import LaunchRequest, ProcessExited, StopRequest
 from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import lifecycle
 from corral.live.records import (
@@ -63,6 +61,7 @@ class ExecutorLinks:
     note: Callable[[str, str, str], None]
     launch_request: Callable[[JobStatus, int], LaunchRequest]
     set_movable: Callable[[str, bool], object]
+    report: Callable[[ProcessExited], None]  # a report as if from the agent (handled in a later turn)
 
 
 class LiveExecutor:
@@ -100,9 +99,21 @@ class LiveExecutor:
         # A new run can be moved once it says it checkpoints (its hello), not before.
         c.set_movable(job_id, False)
         run_no = lifecycle.start_run(job_id, proc)  # one still stopping is watched until it exits, across restarts
-        # The request is made when the turn's writes are committed, from the placement the job holds then: a
-        # later action of the same round (AntMan resizes or upgrades what it just launched) is already in it.
-        c.command(lambda: c.agent().launch(c.launch_request(job, run_no)))
+
+        def send() -> None:
+            # The request is made when the turn's writes are committed, from the placement the job holds then: a
+            # later action of the same round (AntMan resizes or upgrades what it just launched) is already in it.
+            # A later round of the same turn may have stopped the run again (preempted or cancelled it): it is
+            # never launched, and its end is reported as the agent reports a run stopped before it started.
+            now = c.process(job_id)
+            if job.placement is None or now.run != run_no or now.phase is not ProcessPhase.STARTING:
+                cancelled = now.run == run_no and now.stopping_for == "cancel"
+                why: StopRequest = "cancel" if cancelled else "preempt"
+                c.report(ProcessExited(job_id, run_no, None, None, why, "stopped before it was launched"))
+                return
+            c.agent().launch(c.launch_request(job, run_no))
+
+        c.command(send)
         c.note(job_id, "launched", f"run {proc.run} on GPUs {_gpus(placement)} at {placement.gpu_milli} milli")
 
     def preempt(self, job: JobStatus, now_s: float, *, suspend: bool = False) -> float:
