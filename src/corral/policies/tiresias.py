@@ -258,7 +258,7 @@ class TiresiasPolicy(BasePolicy):
         self._run_next = 0
         # Running jobs demoted at this instant (running-first: they are behind the waiting jobs of their new
         # queue until the round has passed, so those may preempt them).
-        self._demoted: dict[str, float] = {}
+        self._demoted: set[str] = set()
         # Running jobs in priority order (highest first); victims come from the end.
         self._running: SortedList = SortedList()
         self._run_entry: dict[str, tuple[Any, ...]] = {}
@@ -384,7 +384,7 @@ class TiresiasPolicy(BasePolicy):
             return
         self._drop_running(job)
         self._run_pos.pop(job_id, None)
-        self._demoted.pop(job_id, None)
+        self._demoted.discard(job_id)
         if phase is JobPhase.PENDING:
             q = self._queue[job_id]  # queue_key has filed it
             ran = job.executed_s - self._offset.get(job_id, 0.0)
@@ -431,7 +431,7 @@ class TiresiasPolicy(BasePolicy):
                 q = self._queue[job_id] + 1
                 self._enter(job_id, q)
                 self._run_pos.pop(job_id, None)
-                self._demoted[job_id] = now_s
+                self._demoted.add(job_id)
                 self._set_running(job, now_s)
                 if q < self._last_queue:
                     attained = self._queue_attained(job, now_s)
@@ -530,9 +530,9 @@ class TiresiasPolicy(BasePolicy):
         for job_id in stopped:
             self._front -= 1
             self._pos[job_id] = self._front
-        self._settle_demoted(view, {a.job_id for a in actions if isinstance(a, Preempt)})
+        self._settle_demoted({a.job_id for a in actions if isinstance(a, Preempt)})
 
-    def _settle_demoted(self, view: ClusterView | None = None, preempted: Collection[str] = ()) -> None:
+    def _settle_demoted(self, preempted: Collection[str] = ()) -> None:
         """Jobs demoted at this round's instant that keep running join the running part of their new queue,
         behind the jobs that started in the round (they were behind them in the queue)."""
         if not self._demoted or not self._running_first:
