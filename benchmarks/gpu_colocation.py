@@ -871,11 +871,15 @@ def run_stack(cfg: Settings) -> dict[str, Any]:
                 raise SystemExit(f"corral serve did not come up; its log ends:\n{_tail(server_log)}")
             time.sleep(0.2)
         client = Client(url, (state / "admin.token").read_text().strip())
+        # A job gets only the harmless part of the server's environment (corral.core.contract): corral found on
+        # PYTHONPATH (a machine without network access, docs/measurements.md) must be passed on explicitly.
+        job_env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
         g = client.submit(
             cfg.worker_cmd(GUARANTEED, g_out, stop_file=stop_file),
             tenant="alice",
             name="guaranteed",
             cwd=str(ROOT),
+            env=job_env,
             gpu_mem_mib=cfg.g_mem_mib,
         )["job_id"]
         limit = time.monotonic() + cfg.baseline_s + cfg.coordinated_s + (120 if cfg.smoke else 300)
@@ -897,6 +901,7 @@ def run_stack(cfg: Settings) -> dict[str, Any]:
             name="opportunistic",
             opportunistic=True,
             cwd=str(ROOT),
+            env=job_env,
             gpu_mem_mib=cfg.o_mem_mib,
         )["job_id"]
         done = False
