@@ -45,8 +45,9 @@ def guest(
     request: int = 1000,
     cap: int = 4000,
     need: int = 4000,
+    stepping: bool = True,
 ) -> Guest:
-    return Guest(job_id, gpus, share, request, cap, need)
+    return Guest(job_id, gpus, share, request, cap, need, stepping)
 
 
 def snapshot(
@@ -144,6 +145,23 @@ def test_aimd(holder_tel: Telemetry | None, share: int, asked: int, expected: in
     plan = c.step(0.0, snapshot([holder(t=holder_tel)], [guest(share=share, request=asked)]))
     assert plan.shares.get("x") == expected
     assert (c.next_due_s() is not None) == (expected is not None)  # a change asks for a check; none, none
+
+
+@pytest.mark.parametrize("holder_step", [1.0, 1.5])
+def test_a_guest_that_has_not_stepped_yet_neither_grows_nor_shrinks(holder_step: float) -> None:
+    # Seen on an H100 (docs/measurements.md): a ResNet-50 guest took 53 s to its first step; meanwhile its share
+    # climbed to the whole GPU on the guaranteed job's unchanged speed, which said nothing about that share.
+    c = LocalCoordinator()
+    plan = c.step(0.0, snapshot([holder(t=tel(holder_step))], [guest(share=100, stepping=False)]))
+    assert plan.shares == {}
+    assert c.next_due_s() is None  # its first report marks its GPUs changed: no wake-up needed till then
+    grown = c.step(0.0, snapshot([holder(t=tel(1.0))], [guest(share=100)])).shares
+    assert grown == {"x": 200}
+
+
+def test_a_guest_alone_takes_its_request_even_before_its_first_step() -> None:
+    c = LocalCoordinator()
+    assert c.step(0.0, snapshot([], [guest(share=100, request=700, stepping=False)])).shares == {"x": 700}
 
 
 def test_a_guest_alone_on_its_gpus_takes_its_whole_request_at_once() -> None:

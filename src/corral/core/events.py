@@ -69,6 +69,17 @@ class JobInterrupted:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryReported:
+    """A running job reported what it measured (live mode: its step report, already recorded with
+    :meth:`corral.engine.loop.Engine.reported`). Like :class:`DemandChanged` in the simulator, it is news only to a
+    policy that reads telemetry, and calls for a round for such a policy alone. ``run_epoch`` ties it to one run."""
+
+    job_id: str
+    run_epoch: int
+    priority: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobCancelled:
     """A user cancelled a job (pending or running)."""
 
@@ -116,6 +127,7 @@ Event = (
     | NodeJoined
     | JobFinished
     | DemandChanged
+    | TelemetryReported
     | JobFailed
     | JobInterrupted
     | JobCancelled

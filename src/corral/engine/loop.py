@@ -52,6 +52,7 @@ from corral.core.events import (
     JobSubmitted,
     NodeJoined,
     NodeLost,
+    TelemetryReported,
     TimerFired,
 )
 from corral.core.job import JobPhase, JobSpec, JobStatus
@@ -145,6 +146,16 @@ class Engine:
     def report(self, job_id: str, telemetry: Telemetry) -> None:
         job = self.state.report(job_id, telemetry)
         self.policy.on_telemetry(job, self.clock.now())
+
+    def reported(self, job_id: str, telemetry: Telemetry, now_s: float) -> None:
+        """Live mode: a running job's own measurement, taken at ``now_s``. Recorded at once, and for a policy that
+        reads telemetry a round follows at ``now_s`` (the simulator's executor reports from inside a
+        ``DemandChanged``, which calls for that round itself). Without it, a policy whose checks had all settled
+        (AntMan's coordinator once every share is set) would not hear of a slowdown until something else
+        happened."""
+        self.report(job_id, telemetry)
+        if self.policy.needs_telemetry:
+            self.queue.push(now_s, TelemetryReported(job_id, self.state.job(job_id).run_epoch))
 
     # -- input ----------------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> None:
@@ -280,6 +291,10 @@ class Engine:
             self.executor.demand_changed(job, now)
             # News only to a policy that reads telemetry: others see nothing new, so no round for them.
             return self.policy.needs_telemetry
+        if type(event) is TelemetryReported:
+            job = self.state.job(event.job_id)
+            # Recorded when it came (Engine.reported); a round only while that run still runs.
+            return job.phase is JobPhase.RUNNING and job.run_epoch == event.run_epoch
         if type(event) is JobSubmitted:
             spec = event.job
             self.submitted += 1

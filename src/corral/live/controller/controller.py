@@ -683,7 +683,7 @@ class Controller:
             if measured is not None and measured.run != report.run:
                 measured = None  # an earlier run's processes
             tel = _telemetry(report.report, now, measured)
-            self.engine.report(job_id, tel)
+            self.engine.reported(job_id, tel, now)
             with self._telemetry_lock:
                 self._telemetry[job_id] = tel
 

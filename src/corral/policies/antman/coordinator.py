@@ -19,8 +19,11 @@ the agent a snapshot of its node and applies the :class:`Plan` that comes back. 
   because AIMD converges, and it converges to an even split between several opportunistic jobs on one GPU):
   if a holder on any of an opportunistic job's GPUs is slowed by more than ``slowdown_threshold``, its share
   is multiplied by ``decrease_factor`` (down to 0: paused, its memory kept); otherwise it grows by
-  ``increase_milli``, up to what it asked for and to what the other opportunistic jobs on its GPUs leave. On a
-  GPU without holders it takes its whole request at once: there is no one to protect.
+  ``increase_milli``, up to what it asked for and to what the other opportunistic jobs on its GPUs leave. A guest
+  that has not reported a step of its own since its launch is left as it is, up or down: it uses none of its share
+  yet, so its holders' speed says nothing about that share (on an H100 a ResNet-50 guest took 53 s to its first
+  step while its share climbed to the whole GPU; the guaranteed job then ran 1.4x slower). On a GPU without
+  holders it takes its whole request at once: there is no one to protect.
 - **No endless probing**: in a deterministic simulator, plain AIMD would climb back to the share that hurt, be
   cut, climb again, forever, and every step costs the replay a wake-up. After a decrease from share ``s`` the
   job's share is capped by a *ceiling* just below ``s`` (``s - max(1, increase_milli // 4)``), so it settles
@@ -122,6 +125,9 @@ class Guest:
     request_milli: int  # what it asked for per GPU: the most it may grow to
     mem_cap_mib: int
     need_mib: int  # its measured need (Telemetry.mem_need_mib), else the expected one
+    # Whether it has reported a step since its launch. Until it has, its holders' step times say nothing about
+    # what its share costs them (a job still importing its framework uses none of it): it does not grow.
+    stepping: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +413,11 @@ class LocalCoordinator:
                     slowed = True
                     # Measured after the last change: the slowdown is what the current share does.
                     fresh |= last is None or tel.time_s >= last - _EPS_S
+        if any_holder and not guest.stepping:
+            # Not running yet: a holder's slowdown is not its doing, and no slowdown says nothing about its share.
+            # Its first step report marks its GPUs changed, which brings it back here.
+            self._due.pop(x, None)
+            return None
         if slowed:
             if current == 0:
                 self._due.pop(x, None)  # paused already: nothing left to give back

@@ -653,7 +653,9 @@ class AntManPolicy(BasePolicy):
             xp = job.placement
             assert xp is not None
             need = self._need(view, job.spec, xp.gpus[0])
-            guests[x] = Guest(x, xp.gpus, xp.gpu_milli, job.spec.gpu_milli, mem_given(job.spec, xp), need)
+            guests[x] = Guest(
+                x, xp.gpus, xp.gpu_milli, job.spec.gpu_milli, mem_given(job.spec, xp), need, job.telemetry is not None
+            )
         plan = coord.step(rnd.now_s, Snapshot(gpus, holders, guests, focus.keys()))
         if plan:
             self._apply_plan(rnd, plan)

@@ -1,0 +1,85 @@
+"""AntMan's coordinator in live mode hears every step report, also once every share has settled.
+
+Found on an H100 (docs/measurements.md, co-location phase d): once the opportunistic job's share had reached its
+request, the coordinator asked for no more wake-ups, and a step report alone ran no round; the guaranteed job then
+ran 1.4x slower for the rest of the run and the coordinator never cut the share. Here the jobs are plain sleeping
+processes and their step reports are handed to the controller as its agent would, so that the step times are
+exactly the ones the test means.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_controller import shutdown, wait_phase, wait_until
+
+from corral.core import contract
+from corral.core.job import JobPhase
+from corral.live.agent.messages import JobReported
+from corral.live.config import ServeConfig, TenantConfig
+from corral.live.controller import Controller
+from corral.live.records import JobRequest, ProcessPhase
+
+INTERVAL_S = 0.2
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[Controller]:
+    config = ServeConfig(
+        state_dir=tmp_path / "state",
+        gpus=1,
+        tenants=(TenantConfig("alice", 1), TenantConfig("bob", 0)),
+        grace_s=1.0,
+        policy=f"antman:max_sm_used=1.0,control_interval_s={INTERVAL_S},start_milli=100",
+    )
+    c = Controller.from_config(config)
+    c.start()
+    yield c
+    shutdown(c)
+
+
+def sleeper(c: Controller, tenant: str, *, opportunistic: bool) -> str:
+    job_id = c.submit(
+        JobRequest(
+            command=(sys.executable, "-c", "import time; time.sleep(60)"),
+            tenant=tenant,
+            cwd=os.getcwd(),
+            gpu_mem_mib=1024,
+            opportunistic=opportunistic,
+        )
+    ).job_id
+    wait_phase(c, job_id, JobPhase.RUNNING)
+    assert wait_until(lambda: c.job(job_id).process.phase is ProcessPhase.RUNNING), c.events(job_id)
+    return job_id
+
+
+def report(c: Controller, job_id: str, step_time_s: float) -> None:
+    c.deliver(JobReported(job_id, 1, contract.StepReport(job_id, 1, 10, 10, step_time_s, step_time_s, 1024)))
+
+
+def share(c: Controller, job_id: str) -> int:
+    placement = c.job(job_id).status.placement
+    assert placement is not None and placement.opportunistic
+    return placement.gpu_milli
+
+
+def test_a_slowdown_reported_after_the_shares_settled_cuts_the_guests_share(controller: Controller) -> None:
+    c = controller
+    guaranteed = sleeper(c, "alice", opportunistic=False)
+    report(c, guaranteed, 0.030)  # its step time alone: the coordinator's baseline
+    assert wait_until(lambda: c.job(guaranteed).telemetry is not None)
+    guest = sleeper(c, "bob", opportunistic=True)
+    assert share(c, guest) == 100
+    # Not stepping yet: its share stays where it was launched, whatever the guaranteed job's speed.
+    report(c, guaranteed, 0.030)
+    assert not wait_until(lambda: share(c, guest) != 100, 4 * INTERVAL_S)
+    report(c, guest, 0.040)  # its first step: now it grows, one interval at a time, to its request
+    assert wait_until(lambda: share(c, guest) == 1000, 60 * INTERVAL_S), c.events(guest)
+    assert not wait_until(lambda: share(c, guest) != 1000, 3 * INTERVAL_S)  # settled: nothing more to change
+    report(c, guaranteed, 0.042)  # 1.4x its baseline: the guest's share is what slows it
+    assert wait_until(lambda: share(c, guest) < 1000, 2.0), c.events(guest)
+    assert share(c, guest) == 500  # halved (AIMD's multiplicative decrease)
