@@ -698,7 +698,9 @@ class CoordinatorLoop:
         snap = Snapshot(
             gpus={0: GpuSnapshot(self.gpu_mem_mib, (GUARANTEED,), (OPPORTUNISTIC,) if guest else ())},
             holders={GUARANTEED: Holder(GUARANTEED, (0,), self.reserved_mib, self.telemetry.get(GUARANTEED))},
-            guests={OPPORTUNISTIC: Guest(OPPORTUNISTIC, (0,), self.share, 1000, self.cap, need)} if guest else {},
+            guests={OPPORTUNISTIC: Guest(OPPORTUNISTIC, (0,), self.share, 1000, self.cap, need, gtel is not None)}
+            if guest
+            else {},
             focus=(GUARANTEED, OPPORTUNISTIC) if guest else (GUARANTEED,),
         )
         plan = self.coordinator.step(now, snap)

@@ -136,17 +136,21 @@ def test_the_coordinator_loop_runs_antmans_coordinator_on_the_jobs_reports(coloc
         start_milli=100,
     )
     g, o = coloc.GUARANTEED, coloc.OPPORTUNISTIC
-    for t in (1.0, 2.0, 3.0):  # alone: the coordinator learns its step time
+    for t in (1.0, 2.0, 3.0, 4.0, 5.0):  # alone: the coordinator learns its step time (and that it is steady)
         loop.report(report(g, 0.100), t)
         loop.control(t)
     assert sent and sent[0] == (g, contract.SetLimits(gpu_milli=1000, mem_mib=1000 + 512))  # reservation = peak
-    assert loop.place_guest(4.0) == (100, 10_000)
+    assert loop.place_guest(6.0) == (100, 10_000)
     sent.clear()
-    loop.report(report(g, 0.100), 6.0)  # no slowdown, one interval on: the guest grows
-    loop.control(6.0)
+    loop.report(report(g, 0.100), 8.0)  # no slowdown, one interval on, but the guest has not stepped yet: hold
+    loop.control(8.0)
+    assert all(msg.gpu_milli is None for _, msg in sent)  # its memory cap may change, not its share
+    loop.report(report(o, 0.500), 8.5)  # its first steps
+    loop.report(report(g, 0.100), 9.0)  # still no slowdown: the guest grows
+    loop.control(9.0)
     assert sent[-1][0] == o and sent[-1][1].gpu_milli == 200
-    loop.report(report(g, 0.130), 7.0)  # 30% slower: the guest's share is halved at once
-    loop.control(7.0)
+    loop.report(report(g, 0.130), 10.0)  # 30% slower: the guest's share is halved at once
+    loop.control(10.0)
     assert sent[-1][0] == o and sent[-1][1].gpu_milli == 100
     assert not evicted and loop.log[-1][1] == o
 

@@ -4,13 +4,15 @@ Found on an H100 (docs/measurements.md, co-location phase d): once the opportuni
 request, the coordinator asked for no more wake-ups, and a step report alone ran no round; the guaranteed job then
 ran 1.4x slower for the rest of the run and the coordinator never cut the share. Here the jobs are plain sleeping
 processes and their step reports are handed to the controller as its agent would, so that the step times are
-exactly the ones the test means.
+exactly the ones the test means (steady ones: no noise, so that each decision needs one report).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,8 +59,28 @@ def sleeper(c: Controller, tenant: str, *, opportunistic: bool) -> str:
     return job_id
 
 
-def report(c: Controller, job_id: str, step_time_s: float) -> None:
-    c.deliver(JobReported(job_id, 1, contract.StepReport(job_id, 1, 10, 10, step_time_s, step_time_s, 1024)))
+class Reporter:
+    """Hands the controller a step report of each job in ``steps`` every 50 ms, as a job's library would every
+    second (``step`` counts up, so each is a new report)."""
+
+    def __init__(self, c: Controller) -> None:
+        self.c = c
+        self.steps: dict[str, float] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self.done.wait(0.05):
+            n += 1
+            for job_id, step_s in list(self.steps.items()):
+                report = contract.StepReport(job_id, 1, 10 * n, 10, step_s, step_s, 1024)
+                self.c.deliver(JobReported(job_id, 1, report))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def share(c: Controller, job_id: str) -> int:
@@ -69,17 +91,21 @@ def share(c: Controller, job_id: str) -> int:
 
 def test_a_slowdown_reported_after_the_shares_settled_cuts_the_guests_share(controller: Controller) -> None:
     c = controller
-    guaranteed = sleeper(c, "alice", opportunistic=False)
-    report(c, guaranteed, 0.030)  # its step time alone: the coordinator's baseline
-    assert wait_until(lambda: c.job(guaranteed).telemetry is not None)
-    guest = sleeper(c, "bob", opportunistic=True)
-    assert share(c, guest) == 100
-    # Not stepping yet: its share stays where it was launched, whatever the guaranteed job's speed.
-    report(c, guaranteed, 0.030)
-    assert not wait_until(lambda: share(c, guest) != 100, 4 * INTERVAL_S)
-    report(c, guest, 0.040)  # its first step: now it grows, one interval at a time, to its request
-    assert wait_until(lambda: share(c, guest) == 1000, 60 * INTERVAL_S), c.events(guest)
-    assert not wait_until(lambda: share(c, guest) != 1000, 3 * INTERVAL_S)  # settled: nothing more to change
-    report(c, guaranteed, 0.042)  # 1.4x its baseline: the guest's share is what slows it
-    assert wait_until(lambda: share(c, guest) < 1000, 2.0), c.events(guest)
-    assert share(c, guest) == 500  # halved (AIMD's multiplicative decrease)
+    reporter = Reporter(c)
+    try:
+        guaranteed = sleeper(c, "alice", opportunistic=False)
+        reporter.steps[guaranteed] = 0.030  # its step time alone: the coordinator's baseline
+        assert wait_until(lambda: c.job(guaranteed).telemetry is not None)
+        time.sleep(0.5)  # a few reports alone
+        guest = sleeper(c, "bob", opportunistic=True)
+        assert share(c, guest) == 100
+        # Not stepping yet: its share stays where it was launched.
+        assert not wait_until(lambda: share(c, guest) != 100, 4 * INTERVAL_S)
+        reporter.steps[guest] = 0.040  # its first steps: now it grows, one interval at a time, to its request
+        assert wait_until(lambda: share(c, guest) == 1000, 60 * INTERVAL_S), c.events(guest)
+        assert not wait_until(lambda: share(c, guest) != 1000, 3 * INTERVAL_S)  # settled: nothing more to change
+        reporter.steps[guaranteed] = 0.042  # 1.4x its baseline: the guest's share is what slows it
+        assert wait_until(lambda: share(c, guest) < 1000, 2.0), c.events(guest)
+        assert share(c, guest) == 500  # halved (AIMD's multiplicative decrease)
+    finally:
+        reporter.stop()

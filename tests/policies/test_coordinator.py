@@ -98,8 +98,9 @@ def test_without_solo_time_the_baseline_is_learned_while_no_guest_is_active() ->
     c.observe("h", tel(1.0, solo=None), guest_active=True)
     assert c.slowdown("h", tel(1.0, solo=None)) is None  # a guest was active: not a baseline
     c.observe("h", tel(0.8, solo=None), guest_active=False)
-    c.observe("h", tel(0.9, solo=None), guest_active=False)  # the least step time counts
-    assert c.slowdown("h", tel(1.0, solo=None)) == pytest.approx(1.25)
+    c.observe("h", tel(1.0, solo=None), guest_active=False)
+    c.observe("h", tel(0.9, solo=None), guest_active=False)  # the median counts: real reports are noisy
+    assert c.slowdown("h", tel(1.08, solo=None)) == pytest.approx(1.2)
 
 
 def test_with_both_the_larger_baseline_counts_only_what_guests_add() -> None:
@@ -124,6 +125,45 @@ def test_a_stale_learned_baseline_is_replaced_by_the_next_measurement_without_gu
     assert c.slowdown("h", tel(1.0, solo=None)) == pytest.approx(1.25)  # the old one stands meanwhile
     c.observe("h", tel(1.0, solo=None), guest_active=False)  # replaces, although larger
     assert c.slowdown("h", tel(1.0, solo=None)) == pytest.approx(1.0)
+
+
+def noisy_closed_loop(sensitivity: float, *, noise: float = 0.06, seconds: int = 600) -> tuple[list[int], list[float]]:
+    """A live holder (no solo time known) reporting once a second with ``noise`` relative jitter, slowed by
+    ``1 + sensitivity * share / 1000`` by its guest; the guest's share and the holder's true slowdown, per second.
+    The holder first reports 10 s alone; the guest has reported a step (it is running)."""
+    import random
+
+    rng = random.Random(7)
+    c = LocalCoordinator(CoordinatorConfig(control_interval_s=2.0))
+    base = 0.030
+    for t in range(10):
+        c.observe("h", tel(base * (1 + rng.gauss(0, noise)), solo=None, at=t), guest_active=False)
+    share, shares, slowdowns = 100, [], []
+    c.touched("x", 10.0)
+    for t in range(10, 10 + seconds):
+        true = 1 + sensitivity * share / 1000
+        t_h = tel(base * true * (1 + rng.gauss(0, noise)), solo=None, at=t)
+        c.observe("h", t_h, guest_active=share > 0)
+        plan = c.step(float(t), snapshot([holder(t=t_h)], [guest(share=share)]))
+        share = plan.shares.get("x", share)
+        shares.append(share)
+        slowdowns.append(true)
+    return shares, slowdowns
+
+
+def test_a_noisy_holder_that_no_guest_slows_does_not_starve_the_guest() -> None:
+    # On an H100 one-second reports of a ResNet-50 alone ranged 27.8-34.6 ms; against the least of them, every
+    # ordinary report read as a slowdown of over 5%, and the guest was cut from 100 to 0 milli in 4 s.
+    shares, _ = noisy_closed_loop(0.0)
+    assert shares[-1] == 1000
+
+
+@pytest.mark.parametrize("sensitivity", [0.4, 1.0])
+def test_a_noisy_holder_that_a_guest_slows_is_protected_and_the_guest_keeps_a_share(sensitivity: float) -> None:
+    shares, slowdowns = noisy_closed_loop(sensitivity)
+    late = slowdowns[-300:]
+    assert sum(late) / len(late) <= 1.05 + 1e-9  # the holder's true mean slowdown, once settled
+    assert max(shares[-300:]) > 0  # not parked for good
 
 
 # -- compute share: AIMD ----------------------------------------------------------------------------------------

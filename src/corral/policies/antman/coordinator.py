@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
+from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -62,6 +64,11 @@ from corral.core.telemetry import Telemetry
 from corral.workloads.models import UNKNOWN, traits
 
 _EPS_S = 1e-6  # times this close are the same instant (checks are multiples of the interval in floating point)
+# Measured baselines (live jobs, whose reporter does not know their solo time): see _measured_slowdown.
+_SOLO_REPORTS = 30  # the latest step times alone that make a holder's baseline and its noise
+_MIN_SOLO_REPORTS = 5  # fewer: no baseline yet (nor a measure of its noise)
+_RECENT_REPORTS = 64  # the latest reports kept per holder (the evidence since a guest's last change)
+_CEILING_LASTS_INTERVALS = 15  # a ceiling set on measured evidence first lasts this many control intervals
 
 
 def expected_mem_mib(spec: JobSpec, gpu_mem_mib: int) -> int:
@@ -171,14 +178,31 @@ class LocalCoordinator:
     """The coordinator's rules (module docstring) and its memory between steps. Deterministic: no clock of its
     own, no randomness; the same observations and snapshots give the same plans."""
 
-    __slots__ = ("_baseline", "_ceiling", "_due", "_heap", "_last_change", "_learned", "_stale", "config")
+    __slots__ = (
+        "_baseline",
+        "_ceiling",
+        "_due",
+        "_expiry",
+        "_heap",
+        "_last_change",
+        "_learned",
+        "_recent",
+        "_solo",
+        "_stale",
+        "config",
+    )
 
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
         self.config = config if config is not None else CoordinatorConfig()
         self._learned: dict[str, float] = {}  # holder -> least step time with no active guest beside it
+        # Measured baselines (a reporter that does not know the solo time: live jobs), see _measured_slowdown:
+        self._solo: dict[str, deque[float]] = {}  # holder -> its latest step times with no active guest beside it
+        self._recent: dict[str, deque[tuple[float, float]]] = {}  # holder -> its latest (time, step time)
         self._stale: set[str] = set()  # holders whose learned time predates a change around them
         self._baseline: dict[str, float] = {}  # holder -> its baseline when last observed (material changes)
         self._ceiling: dict[str, int] = {}  # guest -> share it must not grow past (after a decrease)
+        # guest -> (when its ceiling lapses, how long the next one lasts): ceilings set on measured evidence only
+        self._expiry: dict[str, tuple[float, float]] = {}
         self._last_change: dict[str, float] = {}  # guest -> when its share was last set
         self._due: dict[str, float] = {}  # job -> when it is next to be checked
         self._heap: list[tuple[float, str]] = []  # (due, job), lazily cleaned against _due
@@ -188,6 +212,16 @@ class LocalCoordinator:
         """Take note of a holder's latest telemetry (``guest_active``: an opportunistic job with a share above 0
         ran on one of its GPUs). Returns whether its baseline moved materially (its neighbours' ceilings are
         then stale: see :meth:`reset`)."""
+        if telemetry.solo_step_time_s is None:
+            recent = self._recent.get(job_id)
+            if recent is None:
+                recent = self._recent[job_id] = deque(maxlen=_RECENT_REPORTS)
+            recent.append((telemetry.time_s, telemetry.step_time_s))
+            if not guest_active:
+                solo = self._solo.get(job_id)
+                if solo is None or job_id in self._stale:
+                    solo = self._solo[job_id] = deque(maxlen=_SOLO_REPORTS)
+                solo.append(telemetry.step_time_s)
         if not guest_active:
             old = self._learned.get(job_id)
             if old is None or job_id in self._stale or telemetry.step_time_s < old:
@@ -210,8 +244,42 @@ class LocalCoordinator:
         solo = telemetry.solo_step_time_s
         learned = self._learned.get(job_id)
         if solo is None:
-            return learned
+            samples = self._solo.get(job_id)
+            return statistics.median(samples) if samples else None
         return solo if learned is None else max(solo, learned)
+
+    def _measured_slowdown(self, job_id: str, since_s: float | None) -> tuple[bool, bool]:
+        """For a holder whose reporter does not know its solo time (a live job): whether the reports taken since
+        ``since_s`` (the guest's last change) show it slowed by more than ``slowdown_threshold``, and whether they
+        show it is not; neither (too little evidence, or a slowdown too close to the threshold to tell) means
+        hold.
+
+        The baseline is the median of its latest step times with no active guest beside it, not the least of
+        them: on a real GPU consecutive one-second reports of one job alone vary by several percent (a ResNet-50
+        alone on an H100: 27.8 to 34.6 ms), so the least of them is an outlier, and every ordinary report would
+        read as a slowdown. The noise is measured too: the robust standard deviation of those samples (1.4826 x
+        their median absolute deviation, relative to the median). The slowdown is the mean of the ``n`` reports
+        since ``since_s``; its standard error counts the baseline's own, ``noise * sqrt(1/n + 1/samples)``.
+
+        - *Slowed*: the mean is above the threshold by more than two standard errors. One report is enough for
+          a large slowdown (1.4x at 6% noise), a small one waits for more; noise alone (a wrong baseline
+          included) rarely reaches it, so a guest is not cut for nothing.
+        - *Not slowed*: at least ``(2 * noise / threshold)^2`` reports (one for a steady reporter), whose mean is
+          within the threshold. Growing on a point estimate is safe: a growth that hurts is cut at once."""
+        samples = self._solo.get(job_id)
+        recent = self._recent.get(job_id)
+        if not samples or len(samples) < _MIN_SOLO_REPORTS or not recent:
+            return False, False
+        fresh = [step for t, step in recent if since_s is None or t >= since_s - _EPS_S]
+        if not fresh:
+            return False, False
+        base = statistics.median(samples)
+        noise = 1.4826 * statistics.median(abs(x - base) for x in samples) / base
+        threshold = self.config.slowdown_threshold
+        excess = statistics.fmean(fresh) / base - 1.0 - threshold
+        error = noise * math.sqrt(1 / len(fresh) + 1 / len(samples))
+        needed = max(1, math.ceil((2.0 * noise / max(threshold, 1e-3)) ** 2))
+        return excess > 2.0 * error, excess <= 0 and len(fresh) >= needed
 
     def reset(self, guest_id: str) -> None:
         """The guest's surroundings changed (a job arrived on or left its GPUs, a holder's baseline moved): its
@@ -228,9 +296,12 @@ class LocalCoordinator:
     def forget(self, job_id: str) -> None:
         """The job left (or changed layer): drop everything kept for it."""
         self._learned.pop(job_id, None)
+        self._solo.pop(job_id, None)
+        self._recent.pop(job_id, None)
         self._stale.discard(job_id)
         self._baseline.pop(job_id, None)
         self._ceiling.pop(job_id, None)
+        self._expiry.pop(job_id, None)
         self._last_change.pop(job_id, None)
         self._due.pop(job_id, None)
 
@@ -401,11 +472,19 @@ class LocalCoordinator:
         current = guest.share_milli
         last = self._last_change.get(x)
         paced = last is None or now_s >= last + cfg.control_interval_s - _EPS_S
-        slowed = fresh = unknown = any_holder = False
+        slowed = fresh = unknown = any_holder = measured = False
         for g in guest.gpus:
             for h in gpus[g].holders:
                 any_holder = True
                 tel = holders[h].telemetry
+                if tel is not None and tel.solo_step_time_s is None:
+                    # A measured baseline: act on the evidence since the last change (see _measured_slowdown).
+                    is_slowed, is_not = self._measured_slowdown(h, last)
+                    if is_slowed:
+                        slowed = fresh = measured = True
+                    elif not is_not:
+                        unknown = True
+                    continue
                 ratio = None if tel is None else self.slowdown(h, tel)
                 if tel is None or ratio is None:
                     unknown = True
@@ -427,11 +506,25 @@ class LocalCoordinator:
                 self.check_after(x, last)
                 return None
             self._ceiling[x] = max(0, current - max(1, cfg.increase_milli // 4))
+            if measured:
+                # Measured evidence can be wrong (noise at two standard errors, a neighbour's passing burst): the
+                # ceiling lapses after a while, and each one set again lasts twice as long (as TCP backs off its
+                # retransmissions), so a guest is never parked for good and probing costs ever less.
+                _, lasts = self._expiry.get(x, (0.0, _CEILING_LASTS_INTERVALS * cfg.control_interval_s / 2))
+                self._expiry[x] = (now_s + 2 * lasts, 2 * lasts)
             self._changed(x, now_s)
             return int(current * cfg.decrease_factor)
         if unknown:
-            self._due.pop(x, None)  # no information: hold until a measurement comes (it marks the GPU changed)
+            # No information (or not enough yet): hold until measurements come (each marks the GPU changed).
+            self._due.pop(x, None)
             return None
+        lapse = self._expiry.get(x)
+        if lapse is not None and x in self._ceiling:
+            if now_s >= lapse[0] - _EPS_S:
+                del self._ceiling[x]
+            else:
+                self._due[x] = lapse[0]  # look again when it lapses
+                heapq.heappush(self._heap, (lapse[0], x))
         limit = min(guest.request_milli, self._ceiling.get(x, FULL_GPU_MILLI), room)
         if current >= limit:
             self._due.pop(x, None)  # settled
