@@ -868,6 +868,11 @@ class AntManPolicy(BasePolicy):
         view = rnd.view
         exclusive = not self.cfg.opportunistic
         if not exclusive and not any(self._open):
+            # No GPU has room: the walk would stop at the head of each shape group; say why to those it would reach.
+            for group in self._oq.values():
+                job_id = next(iter(group))[2]
+                if job_id not in rnd.started:
+                    rnd.waiting[job_id] = self._no_room(view.job(job_id).spec)
             return
         blocked: dict[_Kind, int] = {}
         heap: list[tuple[_Entry, _Shape, Iterator[_Entry]]] = []
@@ -895,16 +900,16 @@ class AntManPolicy(BasePolicy):
                     found = self._place_guest(rnd, spec)
                 if found is None:
                     blocked[kind] = shape[3] if limit is None else min(limit, shape[3])
-                    rnd.waiting[job_id] = (
-                        self._wait_reason(rnd, spec)
-                        if exclusive
-                        else f"opportunistic: no {spec.num_gpus} GPU(s) with spare memory and compute"
-                    )
+                    rnd.waiting[job_id] = self._wait_reason(rnd, spec) if exclusive else self._no_room(spec)
             nxt = next(it, None)
             if nxt is None:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (nxt, shape, it))
+
+    @staticmethod
+    def _no_room(spec: JobSpec) -> str:
+        return f"opportunistic: no {spec.num_gpus} GPU(s) with spare memory and compute"
 
     def _place_guest(self, rnd: _Round, spec: JobSpec) -> Placement | None:
         """Spare capacity for an opportunistic job, by measured use (module docstring); planned in ``rnd``."""
