@@ -109,3 +109,25 @@ def test_a_slowdown_reported_after_the_shares_settled_cuts_the_guests_share(cont
         assert share(c, guest) == 500  # halved (AIMD's multiplicative decrease)
     finally:
         reporter.stop()
+
+
+def test_a_guest_parked_by_a_slowdown_is_probed_again_and_resumes_when_it_passes(controller: Controller) -> None:
+    c = controller
+    reporter = Reporter(c)
+    try:
+        guaranteed = sleeper(c, "alice", opportunistic=False)
+        reporter.steps[guaranteed] = 0.030
+        assert wait_until(lambda: c.job(guaranteed).telemetry is not None)
+        time.sleep(0.5)  # a few reports alone: its baseline
+        guest = sleeper(c, "bob", opportunistic=True)
+        reporter.steps[guest] = 0.040
+        reporter.steps[guaranteed] = 0.060  # a burst of its own that outlasts every cut: the guest is parked at 0
+        assert wait_until(lambda: share(c, guest) == 0, 40 * INTERVAL_S), c.events(guest)
+        parked = time.monotonic()
+        reporter.steps[guaranteed] = 0.030  # the burst passes; the ceiling (0) holds until it lapses
+        # It lapses 15 control intervals after the last cut: then the guest is probed, and grows again.
+        assert wait_until(lambda: share(c, guest) > 0, 15 * INTERVAL_S + 5.0), c.events(guest)
+        assert time.monotonic() - parked >= 15 * INTERVAL_S - 1.0  # not before its ceiling lapsed
+        assert wait_until(lambda: share(c, guest) == 1000, 60 * INTERVAL_S), c.events(guest)
+    finally:
+        reporter.stop()

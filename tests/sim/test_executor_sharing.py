@@ -34,6 +34,7 @@ from corral.sim.sharing import (
     DEFAULT_STEP_S,
     Profile,
     activity,
+    guest_rate,
     measured_pair_rates,
     modelled_pair_rates,
     pair_slowdown,
@@ -118,63 +119,136 @@ def gavel(a: str, b: str) -> tuple[float, float]:
     return rates
 
 
-# -- an opportunistic job beside a guaranteed one -------------------------------------------------------------
+# -- an opportunistic job (guest) beside a guaranteed one (holder) ------------------------------------------------
 
 
-def test_an_opportunistic_job_slows_its_neighbour_by_the_measured_pair_rate_times_its_activity() -> None:
-    r50, r18 = gavel(R50, R18)
-    act = 300 / 1000 / traits("resnet18").sm_util  # its cap over its natural SM use: 0.3 / 0.55
+def test_a_guest_runs_in_its_holders_idle_slots_and_slows_it_only_by_the_residual() -> None:
+    # g: ResNet-50 at SM 0.9 leaves 0.1 idle; o: ResNet-18 at SM 0.55 fits 0.1 / 0.55 of its work into it. Its
+    # cap of 300 would allow 0.3 / 0.55 (its activity): the idle slots bind. g loses 0.02 x 0.3 / 0.55.
+    act = 300 / 1000 / traits("resnet18").sm_util
     ex, sink = executor()
     ex.launch(running(job("g", model="resnet50"), Placement((0,))), 0.0)
     assert sink.end(ex, "g") == 100.0
     ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 300)), 10.0)
-    f_g = 1 - (1 - r50) * act
-    f_o = r18 * act  # beside a job at full activity, and throttled by its own cap
+    f_g = 1 - 0.02 * act
+    f_o = 0.1 / 0.55
+    assert f_o < act
     assert sink.rates == {"g": pytest.approx(f_g), "o": pytest.approx(f_o)}
     assert sink.end(ex, "g") == pytest.approx(10.0 + 90.0 / f_g)
     assert sink.end(ex, "o") == pytest.approx(10.0 + 100.0 / f_o)
     # The same through the module's functions.
-    p_o = ex.perf.profile(job("o", model="resnet18"), 0)
-    assert f_g == pytest.approx(pair_slowdown(r50, activity(p_o, 300)))
+    p_g, p_o = ex.perf.profile(job("g", model="resnet50"), 0), ex.perf.profile(job("o", model="resnet18"), 0)
+    assert (p_g.sm_util, p_o.sm_util) == (0.9, 0.55)
+    assert activity(p_o, 300) == pytest.approx(act)
+    assert f_o == pytest.approx(guest_rate(p_o, p_g.sm_util, activity(p_o, 300)))
+    assert f_g == pytest.approx(1 - ex.perf.model.antman_residual * activity(p_o, 300))
 
 
-def test_an_unmeasured_pair_uses_the_modelled_rates() -> None:
-    # Unknown models: SM 0.6 and bandwidth 0.5 each. Together 1.2 > 1: each gets 1/1.2 of the GPU, times
-    # 1 - 0.3 x 0.5 for the partner's bandwidth: 0.85 / 1.2. The opportunistic one is capped at 300 of its 600.
+def test_a_guest_beside_a_holder_at_60_percent_sm_runs_in_the_other_40() -> None:
+    # g: an unknown model, SM 0.6, leaves 0.4 idle. o: ResNet-18 (SM 0.55) capped at 500: activity 0.5 / 0.55,
+    # but it fits only 0.4 / 0.55 of its work into g's idle slots. g runs at 1 - 0.02 x 0.5 / 0.55.
+    ex, sink = executor()
+    g, o = job("g", model="mystery"), running(job("o", model="resnet18", opportunistic=True), opp((0,), 500))
+    assert ex.perf.profile(g, 0).sm_util == 0.6
+    ex.launch(running(g, Placement((0,))), 0.0)
+    ex.launch(o, 0.0)
+    act = 0.5 / 0.55
+    f_o = 0.4 / 0.55
+    assert f_o < act
+    assert sink.rates == {"g": pytest.approx(1 - 0.02 * act), "o": pytest.approx(f_o)}
+    assert sink.end(ex, "g") == pytest.approx(100.0 / (1 - 0.02 * act))
+    assert sink.end(ex, "o") == pytest.approx(100.0 / f_o)
+    # Capped at 200 instead, its share binds before the idle slots do: activity 0.2 / 0.55 < 0.4 / 0.55.
+    resize(ex, o, opp((0,), 200), 10.0)
+    assert sink.rates == {"g": pytest.approx(1 - 0.02 * 0.2 / 0.55), "o": pytest.approx(0.2 / 0.55)}
+
+
+def test_the_holders_residual_slowdown_is_the_perf_models_antman_residual() -> None:
+    # g: ResNet-50 (SM 0.9); o: ResNet-18 capped at 300, activity 0.3 / 0.55, running at 0.1 / 0.55 in g's idle
+    # slots whatever the residual.
+    act = 0.3 / 0.55
+    for residual, f_g in [(0.0, 1.0), (0.1, 1 - 0.1 * act), (0.02, 1 - 0.02 * act)]:
+        ex, sink = executor(quiet(antman_residual=residual))
+        ex.launch(running(job("g", model="resnet50"), Placement((0,))), 0.0)
+        ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 300)), 0.0)
+        assert sink.rates["o"] == pytest.approx(0.1 / 0.55)
+        if residual == 0.0:
+            assert sink.rates["g"] == 1.0  # exactly: no residual, no slowdown
+        else:
+            assert sink.rates["g"] == pytest.approx(f_g)
+    # Several guests multiply: a second ResNet-18 at 100 (activity 0.1 / 0.55) beside g at residual 0.1.
+    ex, sink = executor(quiet(antman_residual=0.1))
+    ex.launch(running(job("g", model="resnet50"), Placement((0,))), 0.0)
+    ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 300)), 0.0)
+    ex.launch(running(job("o2", model="resnet18", opportunistic=True), opp((0,), 100)), 0.0)
+    assert sink.rates["g"] == pytest.approx((1 - 0.1 * act) * (1 - 0.1 * 0.1 / 0.55))
+
+
+def test_guests_beside_a_holder_share_its_idle_slots_in_proportion() -> None:
+    # g: ResNet-18 holder at SM 0.55 leaves 0.45 idle. Two uncapped ResNet-18 guests would each use 0.55 of it:
+    # demand 1.1 > 0.45, so each runs at 0.45 / 1.1 of its speed, and together they fill the idle slots exactly.
+    ex, sink = executor()
+    ex.launch(running(job("g", model="resnet18"), Placement((0,))), 0.0)
+    ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 1000)), 0.0)
+    ex.launch(running(job("o2", model="resnet18", opportunistic=True), opp((0,), 1000)), 0.0)
+    assert sink.rates == {"g": pytest.approx(0.98**2), "o": pytest.approx(0.45 / 1.1), "o2": pytest.approx(0.45 / 1.1)}
+    # One of them capped at 100 (activity 0.1 / 0.55, demand 0.1): the other gets 0.45 x 0.55 / 0.65 of its speed.
+    resize(ex, running(job("o2", model="resnet18", opportunistic=True), opp((0,), 1000)), opp((0,), 100), 10.0)
+    assert sink.rates["o"] == pytest.approx(0.45 / 0.65)
+    assert sink.rates["o2"] == pytest.approx(0.1 / 0.55 * 0.45 / 0.65)
+    for job_id in ("g", "o", "o2"):
+        ex.finished(running(job(job_id), Placement((0,))), 20.0)
+    sm, _ = ex.usage_areas(20.0)
+    assert sm == pytest.approx(10 * (0.55 * 0.98**2 + 0.45) + 10 * (0.55 * 0.98 * (1 - 0.02 * 0.1 / 0.55) + 0.45))
+
+
+def test_two_guests_of_an_unmeasured_pair_use_the_modelled_rates() -> None:
+    # Two guests, no holder: no priority between them, so the symmetric pair model. Unknown models: SM 0.6 and
+    # bandwidth 0.5 each. Together 1.2 > 1: each gets 1/1.2 of the GPU, times 1 - 0.3 x 0.5 for the partner's
+    # bandwidth: 0.85 / 1.2. b is capped at 300 of its 600 (activity 0.5), so a loses half of its pair loss;
+    # a (uncapped: activity 1) costs b its whole pair loss, on top of b's own cap.
     full = 0.85 / 1.2
     ex, sink = executor()
-    g, o = job("g", model="mystery"), job("o", opportunistic=True)
-    ex.launch(running(g, Placement((0,))), 0.0)
-    ex.launch(running(o, opp((0,), 300)), 0.0)
-    assert sink.rates == {"g": pytest.approx(1 - (1 - full) * 0.5), "o": pytest.approx(full * 0.5)}
-    modelled = modelled_pair_rates(ex.perf.profile(g, 0), ex.perf.profile(o, 0), 0.3)
+    a, b = job("a", model="mystery", opportunistic=True), job("b", opportunistic=True)
+    ex.launch(running(a, opp((0,), 1000)), 0.0)
+    ex.launch(running(b, opp((0,), 300)), 0.0)
+    assert sink.rates == {"a": pytest.approx(1 - (1 - full) * 0.5), "b": pytest.approx(full * 0.5)}
+    modelled = modelled_pair_rates(ex.perf.profile(a, 0), ex.perf.profile(b, 0), 0.3)
     assert modelled == pytest.approx((full, full))
-    assert ex.perf.sharing_rates(g, ex.perf.profile(g, 0), o, ex.perf.profile(o, 0), 0) == modelled
+    assert ex.perf.sharing_rates(a, ex.perf.profile(a, 0), b, ex.perf.profile(b, 0), 0) == modelled
+    assert sink.rates["a"] == pytest.approx(pair_slowdown(full, 0.5))
 
 
 def test_share_zero_pauses_the_opportunistic_job_and_leaves_its_neighbour_at_full_speed() -> None:
-    r50, r18 = gavel(R50, R18)
     ex, sink = executor()
     g = running(job("g", model="resnet50"), Placement((0,)))
     o = running(job("o", model="resnet18", opportunistic=True), opp((0,), 0))
     ex.launch(g, 0.0)
     ex.launch(o, 0.0)
-    assert sink.rates == {"g": 1.0, "o": 0.0}
+    assert sink.rates == {"g": 1.0, "o": 0.0}  # activity 0: g loses 0.02 x 0
     assert sink.ends(ex, "o") == []  # no completion while paused
     assert sink.end(ex, "g") == 100.0
-    resize(ex, o, opp((0,), 1000), 20.0)  # un-paused at full activity: min(1, 1.0 / 0.55)
-    assert sink.rates == {"g": pytest.approx(r50), "o": pytest.approx(r18)}
-    assert sink.end(ex, "g") == pytest.approx(20.0 + 80.0 / r50)
-    assert sink.end(ex, "o") == pytest.approx(20.0 + 100.0 / r18)
+    # Un-paused at full activity (min(1, 1.0 / 0.55)): o runs in the 0.1 that g (SM 0.9) leaves idle, 0.1 / 0.55
+    # of its speed; g loses the residual 0.02 x 1.
+    resize(ex, o, opp((0,), 1000), 20.0)
+    f_g, f_o = 0.98, 0.1 / 0.55
+    assert sink.rates == {"g": pytest.approx(f_g), "o": pytest.approx(f_o)}
+    assert sink.end(ex, "g") == pytest.approx(20.0 + 80.0 / f_g)
+    assert sink.end(ex, "o") == pytest.approx(20.0 + 100.0 / f_o)
     assert ex.job_times == {}  # nobody left yet
 
 
 def test_an_opportunistic_gang_goes_at_its_slowest_gpu() -> None:
-    r50, r18 = gavel(R50, R18)
+    # GPU 0: g, ResNet-50 at SM 0.9, leaves o 0.1 / 0.55. GPU 1: h, ResNet-18 at SM 0.55, leaves it 0.45 / 0.55.
+    # The gang goes at GPU 0's pace; each holder loses the residual 0.02 x 1.
     ex, sink = executor()
     ex.launch(running(job("g", model="resnet50"), Placement((0,))), 0.0)
+    ex.launch(running(job("h", model="resnet18"), Placement((1,))), 0.0)
     ex.launch(running(job("o", gpus=2, model="resnet18", opportunistic=True), opp((0, 1), 1000)), 0.0)
-    assert sink.rates == {"g": pytest.approx(r50), "o": pytest.approx(r18)}  # GPU 1 alone would be 1.0
+    assert sink.rates == {"g": pytest.approx(0.98), "h": pytest.approx(0.98), "o": pytest.approx(0.1 / 0.55)}
+    # Without g, GPU 1 is the slower: 0.45 / 0.55.
+    ex.finished(running(job("g", model="resnet50"), Placement((0,))), 10.0)
+    assert sink.rates["o"] == pytest.approx(0.45 / 0.55)
 
 
 def test_a_memory_cap_below_the_need_spills_and_slows_by_the_spill_rate() -> None:
@@ -245,17 +319,21 @@ JOB_O = job("o", model="resnet18", tenant="q", opportunistic=True)
 
 
 def test_a_resize_re_rates_both_jobs_at_once_and_re_predicts_their_completions() -> None:
-    r50, r18 = gavel(R50, R18)
+    # g: ResNet-18 at SM 0.55 leaves 0.45 idle, room for 0.45 / 0.55 of o (ResNet-18, SM 0.55). At cap 300 o's
+    # share binds (activity 0.3 / 0.55); at 600 (past its natural use: activity 1) the idle slots do. g loses
+    # 0.02 x o's activity: 0.02 x 0.3 / 0.55, then 0.02.
     act = 0.3 / 0.55
-    f_g1, f_o1 = 1 - (1 - r50) * act, r18 * act  # cap 300
-    f_g2, f_o2 = r50, r18  # cap 600 > its natural use: full activity
+    f_g1, f_o1 = 1 - 0.02 * act, act  # cap 300
+    f_g2, f_o2 = 0.98, 0.45 / 0.55  # cap 600
+    g_spec = job("g", model="resnet18", tenant="q")
     e = engine({0.0: [Launch("g", Placement((0,))), Launch("o", opp((0,), 300))], 20.0: [Resize("o", gpu_milli=600)]})
-    log = replay(e, [JOB_G, JOB_O], until_s=20.0)
+    log = replay(e, [g_spec, JOB_O], until_s=20.0)
     assert log[-1] == "20.000 resize o milli=600"
     assert e.state.job("g").observed_rate == pytest.approx(f_g2)
     assert e.state.job("o").observed_rate == pytest.approx(f_o2)
     g_end = 20.0 + (100.0 - 20.0 * f_g1) / f_g2
     o_left = 100.0 - 20.0 * f_o1 - (g_end - 20.0) * f_o2  # alone after g finishes: full speed
+    assert o_left > 0
     replay(e, [])
     assert e.state.job("g").end_s == pytest.approx(g_end)
     assert e.state.job("o").end_s == pytest.approx(g_end + o_left)
@@ -265,17 +343,26 @@ def test_a_resize_re_rates_both_jobs_at_once_and_re_predicts_their_completions()
 
 
 def test_a_resize_supersedes_the_earlier_completion() -> None:
-    r50, r18 = gavel(R50, R18)
+    # g: ResNet-50 at SM 0.9 leaves o (ResNet-18, SM 0.55) room for 0.1 / 0.55: below its activity at 300 (0.3 /
+    # 0.55) and at 600 (1), so the resize leaves o's speed, and its queued completion, as they were. g's speed
+    # goes from 1 - 0.02 x 0.3 / 0.55 to 1 - 0.02: its earlier completion is superseded.
     ex, sink = executor()
     g = running(job("g", model="resnet50"), Placement((0,)))
     o = running(job("o", model="resnet18", opportunistic=True), opp((0,), 300))
     ex.launch(g, 0.0)
     ex.launch(o, 0.0)
-    first = [e for _, e in sink.events if isinstance(e, JobFinished) and e.job_id == "g" and ex.is_current(e)]
+    assert sink.rates == {"g": pytest.approx(1 - 0.02 * 0.3 / 0.55), "o": pytest.approx(0.1 / 0.55)}
+    first = {
+        j: [e for _, e in sink.events if isinstance(e, JobFinished) and e.job_id == j and ex.is_current(e)]
+        for j in ("g", "o")
+    }
     resize(ex, o, opp((0,), 600, 1536), 20.0)
-    assert not ex.is_current(first[0])
+    assert not ex.is_current(first["g"][0])
+    assert ex.is_current(first["o"][0])
     assert len(sink.ends(ex, "g")) == 1 and len(sink.ends(ex, "o")) == 1
-    assert sink.rates == {"g": pytest.approx(r50), "o": pytest.approx(r18)}
+    assert sink.rates == {"g": pytest.approx(0.98), "o": pytest.approx(0.1 / 0.55)}
+    assert sink.end(ex, "g") == pytest.approx(20.0 + (100.0 - 20.0 * (1 - 0.02 * 0.3 / 0.55)) / 0.98)
+    assert sink.end(ex, "o") == pytest.approx(100.0 / (0.1 / 0.55))
 
 
 def test_upgrade_in_place_costs_nothing_and_runs_at_full_speed_alone() -> None:
@@ -295,9 +382,10 @@ def test_upgrade_in_place_costs_nothing_and_runs_at_full_speed_alone() -> None:
 
 
 def test_upgrade_onto_another_gpu_pays_the_restore_and_frees_its_neighbour() -> None:
-    r50, _ = gavel(R50, R18)
+    # Over [0, 10]: g (ResNet-50, SM 0.9) loses 0.02 x o's activity 0.3 / 0.55; o (ResNet-18, SM 0.55) runs in
+    # the 0.1 g leaves idle: 0.1 / 0.55. From 10, g is alone; o restores for 30 s on GPU 1, then runs alone.
     act = 0.3 / 0.55
-    f_g = 1 - (1 - r50) * act
+    f_g, f_o = 1 - 0.02 * act, 0.1 / 0.55
     e = engine(
         {0.0: [Launch("g", Placement((0,))), Launch("o", opp((0,), 300))], 10.0: [Upgrade("o", Placement((1,)))]},
         perf=quiet(restore_s=30.0),
@@ -306,12 +394,13 @@ def test_upgrade_onto_another_gpu_pays_the_restore_and_frees_its_neighbour() -> 
     assert log[-1] == "10.000 upgrade o gpus=1 milli=1000"
     g, o = e.state.job("g"), e.state.job("o")
     assert g.end_s == pytest.approx(10.0 + (100.0 - 10.0 * f_g))  # full speed from 10 on
-    o_done = 10.0 * gavel(R50, R18)[1] * act
+    o_done = 10.0 * f_o
     assert o.end_s == pytest.approx(10.0 + 30.0 + (100.0 - o_done))
     assert e.state.tenant_guaranteed_milli("q") == 0  # both finished
     ex = e.executor
     assert isinstance(ex, SimExecutor)
     assert ex.job_times["o"] == pytest.approx([10.0 + 100.0 - o_done, 100.0])  # the restore is not run time
+    assert ex.job_times["g"] == pytest.approx([g.end_s, 100.0])
 
 
 def test_upgrade_onto_another_gpu_with_telemetry_keeps_the_measured_use_consistent() -> None:
@@ -323,14 +412,15 @@ def test_upgrade_onto_another_gpu_with_telemetry_keeps_the_measured_use_consiste
 
 
 def test_an_upgrade_to_a_packed_share_uses_the_packing_rates() -> None:
-    # Two unknown models: packed together they run at the fallback 0.5 each (a fresh executor agrees); next to
-    # an opportunistic job they run at the modelled 0.85 / 1.2. After the upgrade both are packed.
+    # Two unknown models (SM 0.6). Before the upgrade b is a guest and a (packed, but not opportunistic) its
+    # holder: b runs in the 0.4 a leaves idle, 0.4 / 0.6, and a loses the residual 0.02 x 1. After the upgrade
+    # both are packed and run at the fallback 0.5 each (a fresh executor agrees): no priority between them.
     ex, sink = executor()
     a = running(job("a"), Placement((0,), 500))
     b = running(job("b", opportunistic=True), opp((0,), 1000))
     ex.launch(a, 0.0)
     ex.launch(b, 0.0)
-    assert sink.rates["a"] == pytest.approx(0.85 / 1.2)
+    assert sink.rates == {"a": pytest.approx(0.98), "b": pytest.approx(0.4 / 0.6)}
     b.upgraded = True
     resize(ex, b, Placement((0,), 500), 10.0)
     assert (sink.rates["a"], sink.rates["b"]) == FALLBACK_RATES
@@ -340,7 +430,6 @@ def test_an_upgrade_to_a_packed_share_uses_the_packing_rates() -> None:
 
 
 def test_telemetry_is_modelled_for_every_rate_change() -> None:
-    r50, r18 = gavel(R50, R18)
     table = load_colocation()
     solo_50, solo_18 = 1 / table.isolated["v100"][R50], 1 / table.isolated["v100"][R18]
     ex, sink = executor(telemetry=True)
@@ -349,13 +438,16 @@ def test_telemetry_is_modelled_for_every_rate_change() -> None:
     g_alone = (0.0, solo_50, solo_50, R50_NEED_MIB, round(R50_NEED_MIB * 0.6), R50_NEED_MIB, 0.9)
     assert dataclasses.astuple(sink.last_report("g")) == pytest.approx(g_alone)
     ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 1000, 1000)), 5.0)
-    f_o = r18 * spill_rate(R18_NEED_MIB, 1000, 2.0)
+    # o: ResNet-18 (SM 0.55) in the 0.1 that g (ResNet-50, SM 0.9) leaves idle, 0.1 / 0.55, times its spill rate
+    # (1000 of its 1536 MiB in GPU memory). g: 1 - 0.02 x o's activity 1.
+    f_o = 0.1 / 0.55 * spill_rate(R18_NEED_MIB, 1000, 2.0)
+    f_g = 0.98
     # Its peak within its cap; the mean is the model's 0.6 of that peak; the need is what it would use uncapped.
     o_shared = (5.0, solo_18 / f_o, solo_18, 1000, 600, R18_NEED_MIB, 0.55 * f_o)
     assert dataclasses.astuple(sink.last_report("o")) == pytest.approx(o_shared)
-    g_shared = (5.0, solo_50 / r50, solo_50, R50_NEED_MIB, round(R50_NEED_MIB * 0.6), R50_NEED_MIB, 0.9 * r50)
+    g_shared = (5.0, solo_50 / f_g, solo_50, R50_NEED_MIB, round(R50_NEED_MIB * 0.6), R50_NEED_MIB, 0.9 * f_g)
     assert dataclasses.astuple(sink.last_report("g")) == pytest.approx(g_shared)  # re-reported when o arrived
-    assert sink.last_report("g").slowdown == pytest.approx(1 / r50)
+    assert sink.last_report("g").slowdown == pytest.approx(1 / f_g)
     assert [j for j, _ in sink.reports] == ["g", "g", "o"]  # g re-rated first, then o entered
 
 
@@ -409,28 +501,32 @@ def test_usage_areas_integrate_sm_and_memory_in_use_by_hand() -> None:
 
 
 def test_usage_of_shared_gpus_is_capped_at_one_and_job_times_measure_the_slowdown() -> None:
-    r, _ = gavel(R50, R50)  # two ResNet-50s: 0.498 each
     ex, _ = executor()
-    # GPU 0: two ResNet-18s, which Gavel measured at full speed together: SM 0.55 + 0.55, capped at 1.
-    # GPU 1: two ResNet-50s, the opportunistic one capped at half its memory (spill: half speed); and a paused
-    # ResNet-18 that holds its memory and uses no SM (nor slows anyone).
-    ex.launch(running(job("g", model="resnet18"), Placement((0,))), 0.0)
+    # GPU 0: two opportunistic ResNet-18s (no holder: the symmetric pair), which Gavel measured at full speed
+    # together: SM 0.55 + 0.55, capped at 1.
+    # GPU 1: g2, a guaranteed ResNet-50 (SM 0.9), beside two guests: o2, a ResNet-50 capped at half its memory,
+    # runs in the 0.1 g2 leaves idle, 0.1 / 0.9, times its spill rate 0.5; p, a paused ResNet-18, holds its
+    # memory, uses no SM and slows no one. g2 loses 0.02 x o2's activity 1, times 1 - 0.02 x p's 0: 0.98. Their
+    # SM, 0.9 x 0.98 + 0.9 x 0.1 / 0.9 x 0.5, stays below 1: a guest uses only its holder's idle time.
+    assert gavel(R18, R18) == (1.0, 1.0)
+    f_g2, f_o2 = 0.98, 0.1 / 0.9 * 0.5
+    ex.launch(running(job("a", model="resnet18", opportunistic=True), opp((0,), 1000)), 0.0)
     ex.launch(running(job("g2", model="resnet50"), Placement((1,))), 0.0)
-    ex.launch(running(job("o", model="resnet18", opportunistic=True), opp((0,), 1000)), 10.0)
+    ex.launch(running(job("b", model="resnet18", opportunistic=True), opp((0,), 1000)), 10.0)
     ex.launch(running(job("o2", model="resnet50", opportunistic=True), opp((1,), 1000, 4608)), 10.0)
     ex.launch(running(job("p", model="resnet18", opportunistic=True), opp((1,), 0)), 10.0)
-    for job_id in ("g", "g2", "o", "o2", "p"):
+    for job_id in ("a", "g2", "b", "o2", "p"):
         ex.finished(running(job(job_id), Placement((0,))), 20.0)
     sm, mem = ex.usage_areas(20.0)
-    assert sm == pytest.approx((0.55 + 0.9) * 10 + (1.0 + 0.9 * r + 0.9 * r * 0.5) * 10)
+    assert sm == pytest.approx((0.55 + 0.9) * 10 + (1.0 + 0.9 * f_g2 + 0.9 * f_o2) * 10)
     alone = 1536 * 0.6 + 9216 * 0.6
     shared = 1536 * 0.6 * 2 + 9216 * 0.6 + 4608 * 0.6 + 1536 * 0.6
     assert mem == pytest.approx(alone * 10 + shared * 10)
     assert ex.job_times == {
-        "g": pytest.approx([20.0, 20.0]),
-        "o": pytest.approx([10.0, 10.0]),
-        "g2": pytest.approx([20.0, 10.0 + 10.0 * r]),
-        "o2": pytest.approx([10.0, 10.0 * r * 0.5]),
+        "a": pytest.approx([20.0, 20.0]),
+        "b": pytest.approx([10.0, 10.0]),
+        "g2": pytest.approx([20.0, 10.0 + 10.0 * f_g2]),
+        "o2": pytest.approx([10.0, 10.0 * f_o2]),
         "p": [10.0, 0.0],  # held the GPU, made no progress
     }
 

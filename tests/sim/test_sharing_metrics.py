@@ -31,7 +31,6 @@ from corral.sim.metrics import (
 )
 from corral.sim.perf import PerfModel
 from corral.sim.report import JOB_COLUMNS, write_results
-from corral.workloads.colocation import load_colocation
 
 SHARING_KEYS = SUMMARY_KEYS[SUMMARY_KEYS.index("gpu_sm_util") :]
 
@@ -175,10 +174,11 @@ class Scripted(BasePolicy):
 
 
 def test_a_replay_with_an_upgrade_reports_classes_and_slowdowns(tmp_path: Path) -> None:
-    # GPU 0: g (ResNet-50, guaranteed) with o (ResNet-18, opportunistic, uncapped) beside it: Gavel's pair rates.
+    # GPU 0: g (ResNet-50, guaranteed, SM 0.9) with o (ResNet-18, opportunistic, uncapped: activity 1) beside it:
+    # o runs in the 0.1 g leaves idle, 0.1 / 0.55 of its speed; g loses only AntMan's residual, 0.02 x 1.
     # GPU 1: p (opportunistic on an ordinary placement) alone for 5 s. At 10, o is upgraded onto GPU 1 (a restore
     # of 30 s): g runs alone from then on.
-    r50, r18 = load_colocation().rates("ResNet-50 (batch size 64)", "ResNet-18 (batch size 64)", "v100") or (0, 0)
+    f_g, f_o = 1 - 0.02 * 1.0, 0.1 / 0.55
     script: dict[float, list[Action]] = {
         0.0: [
             Launch("g", Placement((0,))),
@@ -193,14 +193,14 @@ def test_a_replay_with_an_upgrade_reports_classes_and_slowdowns(tmp_path: Path) 
         job("p", duration=5, model="resnet18", opportunistic=True),
     ]
     result = run(jobs, cluster(nodes=1, gpus=2, tenants={"q": 2}), Scripted(script), perf=quiet(restore_s=30.0))
-    g_end = 10.0 + (100.0 - 10.0 * r50)
-    o_end = 10.0 + 30.0 + (100.0 - 10.0 * r18)
+    g_end = 10.0 + (100.0 - 10.0 * f_g)  # 9.8 s of work by 10, the other 90.2 alone: 100.2
+    o_end = 10.0 + 30.0 + (100.0 - 10.0 * f_o)  # 1/0.55 s of work by 10, restored at 40
     ends = {j.job_id: j.end_s for j in result.jobs}
     assert ends == {"g": pytest.approx(g_end), "o": pytest.approx(o_end), "p": 5.0}
     s = result.summary
     assert (s["upgrades"], s["opp_jobs"], s["opp_finished"]) == (1, 2, 2)
     assert s["g_slowdown_max"] == round(g_end / 100.0, 4)
-    run_s = 5.0 + (10.0 + 100.0 - 10.0 * r18)  # p, and o without its restore
+    run_s = 5.0 + (10.0 + 100.0 - 10.0 * f_o)  # p, and o without its restore
     assert s["opp_throughput"] == round((5.0 + 100.0) / run_s, 4)
     assert s["quota_shortfall_gpu_h"] == 0.0  # q's guaranteed jobs never waited
 
@@ -211,7 +211,7 @@ def test_a_replay_with_an_upgrade_reports_classes_and_slowdowns(tmp_path: Path) 
         rows = {row["job_id"]: row for row in reader}
     assert {j: (row["job_class"], row["slowdown"]) for j, row in rows.items()} == {
         "g": ("guaranteed", f"{g_end / 100.0:.4f}"),
-        "o": ("upgraded", f"{(10.0 + 100.0 - 10.0 * r18) / 100.0:.4f}"),
+        "o": ("upgraded", f"{(10.0 + 100.0 - 10.0 * f_o) / 100.0:.4f}"),
         "p": ("opportunistic", "1.0000"),
     }
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -62,7 +62,7 @@ from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.executor import EventSink
 from corral.sim.perf import PerfModel
-from corral.sim.sharing import Profile, activity, demand_change, pair_slowdown, scaled, spill_rate
+from corral.sim.sharing import Profile, activity, demand_change, guest_rate, pair_slowdown, scaled, spill_rate
 
 _PAUSED_STEP_FACTOR = 1e6  # a paused job's reported step time: its solo time x this (telemetry needs a number)
 
@@ -470,16 +470,34 @@ class SimExecutor:
         job_id = run.spec.job_id
         worst = 1.0
         runs = self._runs
+        guest = run.opportunistic
+        residual = self.perf.model.antman_residual
         for g in run.placement.gpus:
             here = 1.0
+            held_sm = 0.0  # a guest: the SM use of the holders beside it, whose idle slots it runs in
+            guests_sm = 0.0  # ... and of the other guests there at their share caps, which share those slots
+            pairs = 1.0  # ... and its symmetric pair slowdowns from the other guests (used only without holders)
             for other_id in self._jobs_on.get(g, ()):
                 if other_id == job_id:
                     continue
                 other = runs[other_id]
-                if run.interacts(other):
+                if guest:
+                    if other.opportunistic:
+                        guests_sm += other.profile.sm_util * other.activity
+                        pairs *= pair_slowdown(self._full_rates(run, other, g)[0], other.activity)
+                    else:
+                        held_sm += other.profile.sm_util
+                elif other.opportunistic:
+                    here *= 1.0 - residual * other.activity  # AntMan: only the residual (sim.sharing)
+                elif run.interacts(other):
                     here *= pair_slowdown(self._full_rates(run, other, g)[0], other.activity)
+            if guest:
+                if held_sm > 0:
+                    here = guest_rate(run.profile, held_sm, run.activity, guests_sm)
+                else:
+                    here = pairs * run.activity
             worst = min(worst, here)
-        return worst * run.activity * run.spill
+        return worst * run.spill if guest else worst * run.activity * run.spill
 
     def _partners(self, run: _Run) -> list[str]:
         job_id = run.spec.job_id

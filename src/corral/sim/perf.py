@@ -39,7 +39,8 @@ Assumptions (each configurable in :class:`PerfModel`):
   fractional) are neither slowed nor slowing: a fractional job's trace duration was measured while sharing.
 - Sharing beyond Gandiva's pairs (AntMan's opportunistic jobs; pairs Gavel did not measure; compute-share caps;
   memory caps that make a job spill to host memory): :mod:`corral.sim.sharing`, with the knobs
-  ``usage_spread``, ``bandwidth_kappa`` and ``spill_penalty`` below.
+  ``usage_spread``, ``bandwidth_kappa``, ``spill_penalty`` and ``antman_residual`` below. AntMan's guests run in
+  the idle slots their holders leave, which slows the holders only by ``antman_residual``.
 - Batch size (:mod:`corral.workloads.models`, :mod:`corral.workloads.batching`): a trace's ``duration_s`` is the run
   time at the model's reference batch size, and work is counted in reference-batch seconds. A job at another
   batch size ``b`` progresses at ``goodput_ratio(b)`` = throughput(b) / throughput(reference) (Gavel's measured
@@ -98,6 +99,10 @@ class PerfModel:
     spill_penalty: float = field(
         default=2.0, metadata={"help": "slowdown per fraction of a job's memory spilled to host (sim.sharing)"}
     )
+    antman_residual: float = field(
+        default=0.02,
+        metadata={"help": "speed a holder loses per unit of an AntMan guest's activity beside it (sim.sharing)"},
+    )
     checkpoint_interval_s: float = field(
         default=1800.0,
         metadata={
@@ -116,7 +121,7 @@ class PerfModel:
                 raise ConfigError(f"perf model: {name} must be finite and >= 0, got {value}")
         if not 0 <= self.interference_noise < 1:
             raise ConfigError(f"perf model: interference_noise must be in [0, 1), got {self.interference_noise}")
-        for name in ("usage_spread", "bandwidth_kappa", "demand_variation"):
+        for name in ("usage_spread", "bandwidth_kappa", "demand_variation", "antman_residual"):
             value = getattr(self, name)
             if not 0 <= value < 1:
                 raise ConfigError(f"perf model: {name} must be in [0, 1), got {value}")

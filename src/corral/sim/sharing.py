@@ -38,9 +38,9 @@ model does; a partner that uses half of that interferes half as much: :func:`mea
 documented model from the profiles: when their SM demands add up to more than the GPU (``u_a + u_b > 1``) they
 time-share it, each getting ``1 / (u_a + u_b)`` of its speed, and each also loses ``bandwidth_kappa × b_other``
 to memory-bandwidth contention (``b``: the partner's bandwidth fraction). A partner that is throttled to an
-*activity* ``a`` in [0, 1] (an opportunistic job under a compute-share cap) slows its neighbour proportionally
-less: the neighbour's rate is ``1 - (1 - pair_rate) × a``. With several partners the factors multiply (pairs is
-all Gavel measured). A gang runs at the pace of its slowest GPU.
+*activity* ``a`` in [0, 1] (an opportunistic job under a compute-share cap, beside other guests only: beside
+holders see below) slows its neighbour proportionally less: the neighbour's rate is ``1 - (1 - pair_rate) × a``.
+With several partners the factors multiply (pairs is all Gavel measured). A gang runs at the pace of its slowest GPU.
 
 **Opportunistic jobs** (:func:`activity`, :func:`spill_rate`): a compute-share cap ``s`` (fraction of the GPU's
 time) limits a job that would use ``u`` of it alone to ``min(1, s / u)`` of its speed (the duty cycle only bites
@@ -49,6 +49,22 @@ runs at ``1 / (1 + spill_penalty × spilled fraction)`` of its speed instead of 
 to host memory rather than failing with out-of-memory). ``spill_penalty`` (default 2: half the footprint in host
 memory halves the speed... roughly what moving activations over PCIe every step costs against HBM) is an
 assumption, configurable in the performance model.
+
+**AntMan's guests beside holders** (:func:`guest_rate`; the executor): AntMan's GpuOpManager (OSDI'20 §3.3)
+launches an opportunistic job's GPU kernels only in the idle slots of the guaranteed jobs' mini-batches, so the
+two are *not* the symmetric pair above, which models plain time-slicing (measured on an H100: two ResNet-50s
+sharing one GPU by time-slicing each ran 1.5x slower, docs/measurements.md). On a GPU with holders, a guest of
+share activity ``a`` (:func:`activity`) runs at ``a x min(1, idle / demand)`` of its solo speed, where ``idle =
+1 - Σ holders' SM use`` and ``demand`` is the busy time of all the guests there at their caps (``Σ u x a``): its
+busy time fits into the idle fraction the holders leave, shared in proportion when several guests want more of
+it than there is. A holder beside a guest runs at ``1 - antman_residual x a`` of its speed (several guests
+multiply): the kernels run in its idle slots, but they still contend for caches and memory bandwidth, and a
+kernel launched just before the holder's next one delays it. ``antman_residual`` (default 0.02) is an
+assumption, not a measurement: the paper reports guaranteed jobs kept at their dedicated speed; corral has not
+measured GpuOpManager's residual (it has no GpuOpManager: live, the guest's duty cycle is what it has). Guests on
+a GPU without holders have no priority between them and interfere as a pair (the symmetric model, so the
+"Co-location" rules above apply between guests only there). Gandiva's packing and IADeep's co-location keep the
+symmetric pair model: they share without priority.
 """
 
 from __future__ import annotations
@@ -183,6 +199,18 @@ def spill_rate(need_mib: int, cap_mib: int | None, penalty: float) -> float:
         return 1.0
     spilled = (need_mib - max(0, cap_mib)) / need_mib
     return 1.0 / (1.0 + penalty * spilled)
+
+
+def guest_rate(profile: Profile, held_sm: float, share_activity: float, others_sm: float = 0.0) -> float:
+    """An AntMan guest's speed on a GPU with holders (1.0 = its solo speed): the guests there run in the idle
+    slots the holders leave (``1 - held_sm``), each at most at its compute-share cap (``share_activity``,
+    :func:`activity`); when their busy time at those caps (its own ``sm_util x share_activity`` plus
+    ``others_sm``) exceeds the idle time, they share it in proportion."""
+    demand = profile.sm_util * share_activity
+    if demand <= 0:
+        return share_activity
+    idle = max(0.0, 1.0 - held_sm)
+    return share_activity * min(1.0, idle / (demand + others_sm))
 
 
 def pair_slowdown(pair_rate: float, partner_activity: float) -> float:

@@ -24,13 +24,16 @@ the agent a snapshot of its node and applies the :class:`Plan` that comes back. 
   yet, so its holders' speed says nothing about that share (on an H100 a ResNet-50 guest took 53 s to its first
   step while its share climbed to the whole GPU; the guaranteed job then ran 1.4x slower). On a GPU without
   holders it takes its whole request at once: there is no one to protect.
-- **No endless probing**: in a deterministic simulator, plain AIMD would climb back to the share that hurt, be
-  cut, climb again, forever, and every step costs the replay a wake-up. After a decrease from share ``s`` the
-  job's share is capped by a *ceiling* just below ``s`` (``s - max(1, increase_milli // 4)``), so it settles
-  under the first share that hurt; a ceiling that still hurts is lowered the same way (a few steps at most).
-  Ceilings are forgotten (:meth:`LocalCoordinator.reset`) when the set of jobs on the job's GPUs changes or a
-  holder's baseline moves by more than ``slowdown_threshold`` (a material change): the old limit no longer
-  says anything.
+- **Probing, but not endlessly; never parked for good**: in a deterministic simulator, plain AIMD would climb
+  back to the share that hurt, be cut, climb again, forever, and every step costs the replay a wake-up. After a
+  decrease from share ``s`` the job's share is capped by a *ceiling* just below ``s`` (``s - max(1,
+  increase_milli // 4)``), so it settles under the first share that hurt; a ceiling that still hurts is lowered
+  the same way (a few steps at most). A ceiling *lapses* ``_CEILING_LASTS_INTERVALS`` (15) control intervals
+  after the last cut, and one set again by a probe after a lapse lasts twice as long (TCP's back-off): what hurt
+  may have passed (a holder's burst, a measurement's noise), so a guest cut to 0 is tried again, at a cost of a
+  few probes over a job's life. Ceilings are also forgotten (:meth:`LocalCoordinator.reset`) when the set of
+  jobs on the job's GPUs changes or a holder's baseline moves by more than ``slowdown_threshold`` (a material
+  change): the old limit no longer says anything.
 - **Pace**: a decrease happens as soon as a measurement taken after the last change shows the slowdown; an
   increase at most once per ``control_interval_s``. Each change asks for a check one interval later. Checks
   fall on multiples of ``control_interval_s`` so that all jobs in transition share one wake-up, and a GPU whose
@@ -68,7 +71,7 @@ _EPS_S = 1e-6  # times this close are the same instant (checks are multiples of 
 _SOLO_REPORTS = 30  # the latest step times alone that make a holder's baseline and its noise
 _MIN_SOLO_REPORTS = 5  # fewer: no baseline yet (nor a measure of its noise)
 _RECENT_REPORTS = 64  # the latest reports kept per holder (the evidence since a guest's last change)
-_CEILING_LASTS_INTERVALS = 15  # a ceiling set on measured evidence first lasts this many control intervals
+_CEILING_LASTS_INTERVALS = 15  # a guest's first ceiling lasts this many control intervals; each next one, twice
 
 
 def expected_mem_mib(spec: JobSpec, gpu_mem_mib: int) -> int:
@@ -201,7 +204,7 @@ class LocalCoordinator:
         self._stale: set[str] = set()  # holders whose learned time predates a change around them
         self._baseline: dict[str, float] = {}  # holder -> its baseline when last observed (material changes)
         self._ceiling: dict[str, int] = {}  # guest -> share it must not grow past (after a decrease)
-        # guest -> (when its ceiling lapses, how long the next one lasts): ceilings set on measured evidence only
+        # guest -> (when its ceiling lapses, how long the next one lasts)
         self._expiry: dict[str, tuple[float, float]] = {}
         self._last_change: dict[str, float] = {}  # guest -> when its share was last set
         self._due: dict[str, float] = {}  # job -> when it is next to be checked
@@ -283,8 +286,9 @@ class LocalCoordinator:
 
     def reset(self, guest_id: str) -> None:
         """The guest's surroundings changed (a job arrived on or left its GPUs, a holder's baseline moved): its
-        ceiling no longer applies."""
+        ceiling no longer applies, nor what its probes learned."""
         self._ceiling.pop(guest_id, None)
+        self._expiry.pop(guest_id, None)
 
     def forget_baseline(self, holder_id: str) -> None:
         """The holder's surroundings changed (another holder arrived on or left its GPUs): its next step time
@@ -472,7 +476,7 @@ class LocalCoordinator:
         current = guest.share_milli
         last = self._last_change.get(x)
         paced = last is None or now_s >= last + cfg.control_interval_s - _EPS_S
-        slowed = fresh = unknown = any_holder = measured = False
+        slowed = fresh = unknown = any_holder = False
         for g in guest.gpus:
             for h in gpus[g].holders:
                 any_holder = True
@@ -481,7 +485,7 @@ class LocalCoordinator:
                     # A measured baseline: act on the evidence since the last change (see _measured_slowdown).
                     is_slowed, is_not = self._measured_slowdown(h, last)
                     if is_slowed:
-                        slowed = fresh = measured = True
+                        slowed = fresh = True
                     elif not is_not:
                         unknown = True
                     continue
@@ -505,13 +509,17 @@ class LocalCoordinator:
                 assert last is not None
                 self.check_after(x, last)
                 return None
+            # The ceiling lapses after a while (a guest is never parked for good: measured evidence can be wrong,
+            # and what hurt may pass), and when a probe after a lapse hurts again the next one lasts twice as long
+            # (as TCP backs off its retransmissions), so probing costs a few probes over a job's life. Cuts in one
+            # descent, under a ceiling still in force, keep its length.
+            before = self._expiry.get(x)
+            if before is None:
+                lasts = _CEILING_LASTS_INTERVALS * cfg.control_interval_s
+            else:
+                lasts = before[1] if x in self._ceiling else 2 * before[1]
             self._ceiling[x] = max(0, current - max(1, cfg.increase_milli // 4))
-            if measured:
-                # Measured evidence can be wrong (noise at two standard errors, a neighbour's passing burst): the
-                # ceiling lapses after a while, and each one set again lasts twice as long (as TCP backs off its
-                # retransmissions), so a guest is never parked for good and probing costs ever less.
-                _, lasts = self._expiry.get(x, (0.0, _CEILING_LASTS_INTERVALS * cfg.control_interval_s / 2))
-                self._expiry[x] = (now_s + 2 * lasts, 2 * lasts)
+            self._expiry[x] = (now_s + lasts, lasts)
             self._changed(x, now_s)
             return int(current * cfg.decrease_factor)
         if unknown:
