@@ -207,11 +207,16 @@ class Harness:
 
 
 def check_action(state: ClusterState, action: Action) -> None:
-    """AntMan's promises, checked on every action before it is applied: a guaranteed job is never preempted, and
-    a guaranteed job's reservation is never lowered below what it measured it needs."""
+    """AntMan's promises, checked on every action before it is applied: a guaranteed job is never preempted or
+    suspended, its compute share never cut, and its reservation never lowered below what it measured it needs."""
     if isinstance(action, Preempt):
         job = state.job(action.job_id)
         assert job.job_class is JobClass.OPPORTUNISTIC, f"guaranteed job {action.job_id} preempted"
+    if isinstance(action, Resize) and action.gpu_milli is not None:
+        placement = state.job(action.job_id).placement
+        assert placement is not None
+        if not placement.opportunistic:
+            assert action.gpu_milli >= placement.gpu_milli, f"guaranteed job's share cut: {action}"
     if isinstance(action, Resize) and action.mem_mib is not None:
         job = state.job(action.job_id)
         p, tel = job.placement, job.telemetry
