@@ -326,3 +326,99 @@ def test_corral_job_names_the_node_and_gpus_of_each_rank() -> None:
     assert _ranks(job, snap) == "rank 0: node1 GPUs 2,3; rank 1: node2 GPUs 4,5"
     assert _ranks({"placement": None}, snap) == ""  # type: ignore[arg-type]
     assert _ranks(job, {"nodes": [{"name": "local"}], "gpus": gpus}) == ""  # type: ignore[arg-type]
+
+
+# -- waiting for a job --------------------------------------------------------------------------------------------
+def test_wait_exits_with_the_jobs_outcome(server: Server) -> None:
+    code, out = run(server, "submit", "--", PY, "-c", "print('fine')", token=ALICE)
+    assert code == 0, out
+    fine = out.splitlines()[0]
+    code, out = run(server, "wait", fine, token=ALICE)
+    assert code == 0, out
+    assert f"job {fine} finished" in out
+
+    script = "import sys\nfor i in range(30):\n    print('line', i)\nprint('about to fail', flush=True)\nsys.exit(3)"
+    code, out = run(server, "submit", "--", PY, "-c", script, token=ALICE)
+    bad = out.splitlines()[0]
+    code, out = run(server, "wait", bad, token=ALICE)
+    assert code == 1, out
+    assert f"job {bad} failed: exited with code 3" in out
+    # The last lines of its log, as `corral logs` shows them: the end only.
+    assert "about to fail" in out and "line 29" in out and "line 5\n" not in out, out
+    code, out = run(server, "wait", bad, "--json", token=ALICE)  # the job as it ended, and the same status
+    assert code == 1 and json.loads(out)["phase"] == "failed"
+    code, out = run(server, "wait", bad, token=BOB)  # another tenant's job: an error, as anywhere else
+    assert code == 2 and f"error: no job '{bad}'" in out
+
+
+def test_submit_wait(server: Server) -> None:
+    code, out = run(server, "submit", "--wait", "--", PY, "-c", "print('quick')", token=BOB)
+    assert code == 0, out
+    job_id = out.splitlines()[0]
+    assert re.fullmatch(r"[a-z2-9]{8}", job_id) and f"job {job_id} finished" in out
+    code, out = run(server, "submit", "--wait", "--json", "--", PY, "-c", "raise SystemExit(3)", token=BOB)
+    assert code == 1, out
+    job = json.loads(out)  # one document: the job as it ended
+    assert job["phase"] == "failed" and job["process"]["exit_code"] == 3
+
+
+def test_wait_gives_up_at_its_timeout_and_leaves_the_job(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run(server, "submit", "--", PY, "-c", "import time; time.sleep(60)", token=BOB)
+    job_id = out.splitlines()[0]
+    started = time.monotonic()
+    code, out = run(server, "wait", "--timeout", "0.5", job_id, token=BOB)
+    assert code == 124, out
+    assert time.monotonic() - started < 10
+    assert re.search(rf"job {job_id} is still (pending|running)\b.* after 0.5 s", out), out
+    # Ctrl-C: 130, and the job goes on.
+    from corral.live.client import Client
+
+    def interrupted(self: Client, job_id: str, *, timeout_s: float | None = None) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "wait", interrupted)
+    code, out = run(server, "wait", job_id, token=BOB)
+    assert code == 130 and f"stopped waiting; job {job_id} goes on" in out, out
+    monkeypatch.undo()
+    assert wait_phase(server, job_id, "running")["phase"] == "running"
+    code, out = run(server, "cancel", job_id, token=BOB)
+    assert code == 0, out
+    code, out = run(server, "wait", job_id, token=BOB)
+    assert code == 1 and f"job {job_id} cancelled" in out, out
+
+
+# -- how long a pending job has waited ----------------------------------------------------------------------------
+def _cell(out: str, column: str, row: str) -> str:
+    """The cell of a rich table in ``out`` at ``column`` (a header) and the row that holds ``row``."""
+    lines = out.splitlines()
+    header = next(line for line in lines if f" {column} " in line)
+    names = [c.strip() for c in re.split(r"[┃│]", header)]
+    found = next(line for line in lines if row in line)
+    return [c.strip() for c in re.split(r"[┃│]", found)][names.index(column)]
+
+
+def test_a_pending_job_shows_how_long_it_has_waited(server: Server) -> None:
+    # alice's quota is 1 GPU: her second job waits while the first runs.
+    code, out = run(server, "submit", "--", PY, "-c", "import time; time.sleep(60)", token=ALICE)
+    blocker = out.splitlines()[0]
+    wait_phase(server, blocker, "running")
+    code, out = run(server, "submit", "--", PY, "-c", "print('my turn')", token=ALICE)
+    waiting = out.splitlines()[0]
+    time.sleep(2.2)
+    code, out = run(server, "job", waiting, "--json", token=ALICE)
+    job = json.loads(out)["job"]
+    assert job["phase"] == "pending" and job["queued_s"] == 0 and job["queued_since_s"] is not None
+    code, out = run(server, "job", waiting, token=ALICE)
+    assert code == 0, out
+    shown = re.search(r"queued\W+(\d+)s", out)
+    assert shown is not None and int(shown[1]) >= 2, out
+    code, out = run(server, "jobs", token=ALICE)
+    assert code == 0, out
+    assert int(_cell(out, "queued", waiting).removesuffix("s")) >= 2, out
+    assert _cell(out, "queued", blocker) in ("0s", "1s"), out  # it started at once: its wait is over
+    # Once it runs and ends, it keeps the time it waited, no more.
+    run(server, "cancel", blocker, token=ALICE)
+    ended = wait_phase(server, waiting, "finished")
+    assert ended["queued_since_s"] is None and 2 <= ended["queued_s"] < 60
+    code, out = run(server, "job", waiting, token=ALICE)
+    assert re.search(rf"queued\W+{round(ended['queued_s'])}s", out), out

@@ -2,8 +2,8 @@
 
 - ``corral serve``: the controller and its HTTP API in the foreground (Ctrl-C or SIGTERM stops it; job processes
   keep running and are taken back on the next start).
-- ``corral submit``, ``jobs``, ``job``, ``logs``, ``cancel``, ``tenants``, and ``cluster`` without a SPEC: clients
-  of the API.
+- ``corral submit``, ``jobs``, ``job``, ``logs``, ``wait``, ``cancel``, ``tenants``, and ``cluster`` without a
+  SPEC: clients of the API.
 
 The client commands find the server by ``--url``/``CORRAL_URL`` and the token by ``--token``/``CORRAL_TOKEN``;
 whichever is not given comes from the files ``corral serve`` keeps in its state directory (``--state-dir``/
@@ -17,6 +17,10 @@ not be able to move the admin's cursor, recolour the screen, set the terminal's 
 
 ``corral jobs`` reads one page (50 jobs unless ``--limit``), says how many match in all, and prints the
 ``--cursor`` of the next page.
+
+``corral wait ID`` and ``corral submit --wait`` block until the job ends and exit with its outcome, so that a
+script can chain jobs: 0 finished; 1 failed, cancelled or rejected; 124 ``--timeout`` ran out (as ``timeout(1)``);
+130 Ctrl-C, which leaves the job alone. Errors stay 2.
 
 Heavy imports (FastAPI, uvicorn, the controller, httpx) happen inside the commands, so ``corral simulate`` does not
 pay for them.
@@ -37,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -60,8 +64,14 @@ err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 ACTIVE_PHASES = ("pending", "running")
+ENDED_PHASES = ("finished", "failed", "cancelled", "rejected")
 FOLLOW_POLL_S = 0.5
 DEFAULT_PAGE = 50  # jobs `corral jobs` shows unless --limit says otherwise
+WAIT_FAILED = 1  # `corral wait`: the job failed, was cancelled or rejected
+WAIT_TIMED_OUT = 124  # --timeout ran out, as timeout(1) says it
+WAIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+LOG_TAIL_LINES = 10  # the lines of a failed job's log that `corral wait` shows
+LOG_TAIL_BYTES = 16 * 1024  # where it looks for them: the log's end, however long the log
 _PHASE_STYLE = {
     "pending": "yellow",
     "running": "green",
@@ -394,6 +404,12 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 @click.option("--gpu-mem-mib", type=int, help="GPU memory the job needs on each GPU, MiB.")
 @click.option("--priority", type=int, help="Priority (higher first, for policies that use it).")
 @click.option("--file", "job_file", type=click.Path(dir_okay=False), help="A TOML job file; flags override it.")
+@click.option(
+    "--wait",
+    "wait_end",
+    is_flag=True,
+    help="Then wait until the job ends, and exit with its outcome as `corral wait` does (--json: the job as it ended).",
+)
 @json_option
 @client_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -409,10 +425,12 @@ def submit(
     gpu_mem_mib: int | None,
     priority: int | None,
     job_file: str | None,
+    wait_end: bool,
     as_json: bool,
     **client: Any,
 ) -> None:
-    """Submit a job: corral submit [OPTIONS] -- COMMAND [ARGS]... Prints the job's id."""
+    """Submit a job: corral submit [OPTIONS] -- COMMAND [ARGS]... Prints the job's id (--wait: then waits for
+    it to end)."""
     with _errors():
         fields = load_job_file(Path(job_file)) if job_file else {}
         given = {
@@ -444,15 +462,18 @@ def submit(
                 gpu_mem_mib=fields.get("gpu_mem_mib"),
                 priority=fields.get("priority", 0),
             )
-        if as_json:
-            _print_json(job)
-        else:
-            click.echo(visible(job["job_id"]))
-            err_console.print(
-                f"submitted job {safe(job['job_id'])} ({_job_class(job)}, {_gpus(job)} GPU, tenant "
-                f"{safe(job['tenant'])}): {safe(job['phase'])}",
-                highlight=False,
-            )
+            if as_json:
+                if not wait_end:  # with --wait, the job as it ended is printed instead
+                    _print_json(job)
+            else:
+                click.echo(visible(job["job_id"]))
+                err_console.print(
+                    f"submitted job {safe(job['job_id'])} ({_job_class(job)}, {_gpus(job)} GPU, tenant "
+                    f"{safe(job['tenant'])}): {safe(job['phase'])}",
+                    highlight=False,
+                )
+            if wait_end:
+                _await(api, job["job_id"], None, as_json)
 
 
 # -- listing and details ----------------------------------------------------------------------------------------
@@ -471,6 +492,16 @@ def _runtime_s(job: JobJson, now: float) -> float:
     if job["phase"] == "running" and job["last_start_s"] is not None:
         held += max(0.0, now - job["last_start_s"])
     return held
+
+
+def _queued_s(job: JobJson, now: float) -> float:
+    """Seconds the job has waited, across preemptions: while it is pending, the wait it is in counts up to ``now``
+    (a server without ``queued_since_s`` gives the ended waits only)."""
+    waited = job["queued_s"]
+    since = job.get("queued_since_s")
+    if job["phase"] == "pending" and since is not None:
+        waited += max(0.0, now - since)
+    return waited
 
 
 def _duration(seconds: float) -> str:
@@ -556,8 +587,8 @@ def jobs(
         shown = f"{page['total']:,}" if len(found) == page["total"] else f"{len(found):,} of {page['total']:,}"
         table = Table(title=f"{what}: {shown}{' (newest first)' if newest else ''}")
         for col, justify in (("id", "left"), ("name", "left"), ("tenant", "left"), ("class", "left"),
-                             ("GPUs", "right"), ("phase", "left"), ("placement", "left"), ("runtime", "right"),
-                             ("preempted", "right")):  # fmt: skip
+                             ("GPUs", "right"), ("phase", "left"), ("placement", "left"), ("queued", "right"),
+                             ("runtime", "right"), ("preempted", "right")):  # fmt: skip
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
         for job in found:
             table.add_row(
@@ -568,6 +599,7 @@ def jobs(
                 _gpus(job),
                 _phase(job["phase"]),
                 _placement(job),
+                _duration(_queued_s(job, now)),
                 _duration(_runtime_s(job, now)),
                 str(job["preemptions"]),
             )
@@ -609,7 +641,7 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
             ("submitted", _when(record["submit_s"])),
             ("first start", _when(record["first_start_s"])),
             ("ended", _when(record["end_s"])),
-            ("queued", _duration(record["queued_s"])),
+            ("queued", _duration(_queued_s(record, now))),
             ("runtime", _duration(_runtime_s(record, now))),
             ("preemptions", str(record["preemptions"])),
             ("process", f"run {proc['run']}, {safe(proc['phase'])}" + (f", pid {proc['pid']}" if proc["pid"] else "")
@@ -668,6 +700,78 @@ def logs(job_id: str, follow: bool, **client: Any) -> None:
                         time.sleep(FOLLOW_POLL_S)
         except KeyboardInterrupt:
             sys.exit(130)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help=f"Give up after this long (exit status {WAIT_TIMED_OUT}); default: as long as it takes.",
+)
+@json_option
+@client_options
+def wait(job_id: str, timeout_s: float | None, as_json: bool, **client: Any) -> None:
+    """Wait until a job ends; exit 0 if it finished, 1 if it failed, was cancelled or rejected."""
+    with _errors(), make_client(**client) as api:
+        _await(api, job_id, timeout_s, as_json)
+
+
+def _await(api: Client, job_id: str, timeout_s: float | None, as_json: bool) -> NoReturn:
+    """Wait for the job (``timeout_s``: at most that long), say how it ended, and exit with its outcome: 0 finished;
+    1 failed, cancelled or rejected; 124 still pending or running at the deadline; 130 on Ctrl-C, the job left
+    as it is."""
+    try:
+        job = api.wait(job_id, timeout_s=timeout_s)
+        if as_json:
+            _print_json(job)
+        else:
+            click.echo(_outcome(job, timeout_s))
+            if job["phase"] == "failed":
+                tail = _log_tail(api, job_id)
+                if tail:
+                    click.echo(f"its log ends with (all of it: corral logs {visible(job_id)}):")
+                    sys.stdout.write(tail)  # the job's own output, as `corral logs` prints it
+                    sys.stdout.flush()
+    except KeyboardInterrupt:
+        err_console.print(
+            f"stopped waiting; job {safe(job_id)} goes on (corral cancel {safe(job_id)} stops it)", highlight=False
+        )
+        sys.exit(WAIT_INTERRUPTED)
+    phase = job["phase"]
+    sys.exit(0 if phase == "finished" else WAIT_FAILED if phase in ENDED_PHASES else WAIT_TIMED_OUT)
+
+
+def _outcome(job: JobJson, timeout_s: float | None) -> str:
+    """One line: how the job ended, or what it still does when the wait ran out."""
+    jid, phase = visible(job["job_id"]), job["phase"]
+    if phase == "finished":
+        return f"job {jid} finished (ran {_duration(job['executed_s'])})"
+    if phase in ENDED_PHASES:
+        return f"job {jid} {phase}" + (f": {visible(job['reason'])}" if job["reason"] else "")
+    waiting = f" ({visible(why)})" if phase == "pending" and (why := job.get("wait_reason")) else ""
+    return f"job {jid} is still {visible(phase)}{waiting} after {timeout_s or 0:g} s"
+
+
+def _log_tail(api: Client, job_id: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the job's log, as the job wrote them ("" if there is none or it cannot be read:
+    the outcome is said all the same)."""
+    from corral.live.client import ClientError
+
+    try:
+        size = api.logs(job_id, offset=0, limit=1)["size"]
+        start = max(0, size - LOG_TAIL_BYTES)
+        text = api.logs(job_id, offset=start, limit=LOG_TAIL_BYTES)["text"]
+    except ClientError:
+        return ""
+    cut = text.split("\n")
+    if start > 0:
+        cut = cut[1:]  # a line cut at its start (or a character cut in two) is not shown
+    if cut and cut[-1] == "":
+        cut = cut[:-1]  # the log's last newline ends a line; it does not start one
+    return "".join(line + "\n" for line in cut[-lines:])
 
 
 @click.command()
@@ -795,4 +899,4 @@ def _cluster_table(snap: ClusterJson) -> Table:
     return table
 
 
-LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, cancel, tenants)
+LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, wait, cancel, tenants)

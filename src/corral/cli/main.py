@@ -7,7 +7,7 @@ Commands:
 - ``corral compare``: several policies on the same trace and cluster, side by side.
 - ``corral policies``: every policy and its options (from the policies' config dataclasses).
 - ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
-- ``corral serve``, ``submit``, ``jobs``, ``job``, ``logs``, ``cancel``, ``tenants``: live mode
+- ``corral serve``, ``submit``, ``jobs``, ``job``, ``logs``, ``wait``, ``cancel``, ``tenants``: live mode
   (:mod:`corral.cli.live`).
 
 Built on click (arguments, help) and rich (tables, progress). Errors that the user can fix are printed as one

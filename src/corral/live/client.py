@@ -1,7 +1,8 @@
 """A small typed client of the ``corral serve`` HTTP API (httpx), used by the ``corral`` commands.
 
 Every method mirrors one route of :mod:`corral.live.api` and returns its JSON body as a typed dict (the shapes
-below are the API's response models, field for field; a test keeps the two in step). Errors raise
+below are the API's response models, field for field; a test keeps the two in step); ``iter_jobs``, ``jobs`` and
+``wait`` are built on them. Errors raise
 :class:`ClientError` carrying the server's status and message; a server that is not there is a
 :class:`ClientError` with status 0 saying so and how to start one.
 
@@ -11,6 +12,7 @@ This module imports neither FastAPI nor the controller, so the client commands s
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +25,12 @@ from corral.core.errors import ConfigError, CorralError
 from corral.live.config import ADMIN_TOKEN_FILE, SERVER_FILE
 
 MAX_PAGE = 1000  # the most jobs the server puts in a page (corral.live.api.models.MAX_PAGE)
+ENDED_PHASES = frozenset(("finished", "failed", "cancelled", "rejected"))
+# How often `wait` asks: soon at first, so that a quick job is seen ending at once, then less and less often, so
+# that a long job costs the server one request every 2 s.
+FIRST_POLL_S = 0.2
+LAST_POLL_S = 2.0
+POLL_BACKOFF = 1.5
 
 
 class ClientError(CorralError):
@@ -83,6 +91,7 @@ class JobJson(TypedDict):
     last_start_s: float | None
     end_s: float | None
     queued_s: float
+    queued_since_s: NotRequired[float | None]
     executed_s: float
     preemptions: int
     run_epoch: int
@@ -325,6 +334,22 @@ class Client:
 
     def cancel(self, job_id: str) -> JobJson:
         return cast(JobJson, self._request("POST", f"/v1/jobs/{_id(job_id)}/cancel"))
+
+    def wait(self, job_id: str, *, timeout_s: float | None = None) -> JobJson:
+        """The job once it has ended (finished, failed, cancelled or rejected), or as it stands when ``timeout_s``
+        has passed: its ``phase`` says which. Polls ``GET /v1/jobs/{id}`` every :data:`FIRST_POLL_S` at first,
+        backing off to every :data:`LAST_POLL_S`; it asks once more at the deadline, and at least once."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        interval = FIRST_POLL_S
+        while True:
+            job = self.job(job_id)
+            if job["phase"] in ENDED_PHASES:
+                return job
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return job
+            time.sleep(interval if left is None else min(interval, left))
+            interval = min(interval * POLL_BACKOFF, LAST_POLL_S)
 
     def cluster(self) -> ClusterJson:
         return cast(ClusterJson, self._request("GET", "/v1/cluster"))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from corral.core.job import FULL_GPU_MILLI
+from corral.core.job import FULL_GPU_MILLI, JobPhase
 from corral.core.placement import Placement
 from corral.live.records import (
     MAX_COMMAND_ARGS,
@@ -162,7 +162,15 @@ class JobOut(_Model):
     first_start_s: float | None = Field(description="When it first started (Unix seconds).")
     last_start_s: float | None = Field(description="When its current (or last) run started (Unix seconds).")
     end_s: float | None = Field(description="When it ended (Unix seconds).")
-    queued_s: float = Field(description="Seconds spent waiting so far (all waits, across preemptions).")
+    queued_s: float = Field(
+        description="Seconds spent waiting, across preemptions. While it is pending: the waits before the current "
+        "one (add now - queued_since_s)."
+    )
+    queued_since_s: float | None = Field(
+        default=None,
+        description="When its current wait began (Unix seconds): its submission, or its last preemption or requeue. "
+        "Pending jobs only (null otherwise).",
+    )
     executed_s: float = Field(
         description="Seconds it held GPUs in its runs before the current one (add now - last_start_s while it runs)."
     )
@@ -323,6 +331,7 @@ def job_out(record: JobRecord, order: Sequence[int] | None = None) -> JobOut:
         last_start_s=st.last_start_s,
         end_s=st.end_s,
         queued_s=st.queued_s,
+        queued_since_s=st.queued_since_s if st.phase is JobPhase.PENDING else None,
         executed_s=st.executed_s,
         preemptions=st.preemptions,
         run_epoch=st.run_epoch,
