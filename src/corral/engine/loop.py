@@ -37,6 +37,7 @@ else.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -131,6 +132,9 @@ class Engine:
         self.on_change: Callable[[JobStatus, float], None] | None = None
         # Called after each round with the reasons the policy gave for the jobs it left waiting (live: the API).
         self.on_waiting: Callable[[Mapping[str, str]], None] | None = None
+        # Called after each round with its wall time in seconds (live: the round latency metric). None in a replay:
+        # it costs a clock read per round only where someone reads it.
+        self.on_round: Callable[[float], None] | None = None
         self.submitted = 0
         self._batch_executor = executor if isinstance(executor, BatchSizeExecutor) else None
         self._loss_executor = executor if isinstance(executor, NodeLossExecutor) else None
@@ -354,6 +358,8 @@ class Engine:
 
     def _round(self, now: float) -> None:
         self.rounds += 1
+        timed = self.on_round
+        t0 = time.perf_counter() if timed is not None else 0.0
         decision = self.policy.schedule(self.state, now)
         for action in decision.actions:
             self._apply(action, now)
@@ -363,6 +369,8 @@ class Engine:
             if self.on_waiting is not None:
                 self.on_waiting(waiting)
         self._wake(decision, now)
+        if timed is not None:
+            timed(time.perf_counter() - t0)
 
     def _wake(self, decision: Decision, now: float) -> None:
         wake = decision.wake_at_s

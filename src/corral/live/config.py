@@ -29,7 +29,8 @@ Example ``corral.toml``::
 Keys of ``[server]``: ``host``, ``port`` (1..65535), ``policy``, ``gpus`` (stand-in GPUs, 1..4096),
 ``stand_in_mem_mib``, ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or ``admin_token_env``,
 ``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster; see ``docs/live.md``,
-"Many machines") and ``checkpoint_dir`` (with Ray: a directory every node shares).
+"Many machines"), ``checkpoint_dir`` (with Ray: a directory every node shares) and ``metrics_token`` (``true``:
+``GET /metrics`` needs the admin token; default ``false``).
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -90,6 +91,7 @@ _SERVER_KEYS = (
     "ray",
     "ray_expect",
     "checkpoint_dir",
+    "metrics_token",
 )
 _TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
 _CLI = "<command line>"
@@ -170,6 +172,9 @@ class ServeConfig:
     # With Ray: nodes that may join later, ``NAME:GPUS`` or ``NAME:GPUS:TYPE`` (their corral.node label, GPU count
     # and type): part of the cluster from the start, lost until a Ray node with that label and those GPUs is alive.
     ray_expect: tuple[str, ...] = ()
+    # Whether GET /metrics needs the admin token (Prometheus' bearer_token). Off by default: the metrics name no
+    # command, environment or token, and a scraper usually has none (corral.live.api.metrics).
+    metrics_token: bool = False
 
     def __post_init__(self) -> None:
         # The same checks as load_config, for configs built in code (tests, embedding); the file's own errors
@@ -261,6 +266,13 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         values["ray_expect"] = tuple(expect)
     if "checkpoint_dir" in server:
         values["checkpoint_dir"] = base_dir / Path(_string(server, "checkpoint_dir", file, "server")).expanduser()
+    if "metrics_token" in server:
+        flag = server["metrics_token"]
+        if not isinstance(flag, bool):
+            raise ConfigFileError(
+                "bad value", file=file, column="server.metrics_token", expected="true or false", got=flag
+            )
+        values["metrics_token"] = flag
     token = _token(server, "admin_token", "admin_token_env", file, "server")
     if token is not None:
         values["admin_token"] = token

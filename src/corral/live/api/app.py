@@ -1,6 +1,7 @@
 """The HTTP API of ``corral serve`` (FastAPI): submit, list, inspect, follow and cancel jobs; see the cluster and
-the tenants. ``create_app(controller)`` builds the app; OpenAPI docs are served at ``/docs`` and
-``/openapi.json``.
+the tenants. ``create_app(controller)`` builds the app; the OpenAPI schema is served at ``/openapi.json``, and
+its interactive docs at ``/docs`` (Swagger UI) and ``/redoc`` from local files, so that they work offline
+(:mod:`corral.live.api.docs`).
 
 Routes (all under ``/v1``; every one but ``/v1/health`` needs ``Authorization: Bearer TOKEN``):
 
@@ -15,6 +16,8 @@ Routes (all under ``/v1``; every one but ``/v1/health`` needs ``Authorization: B
 ``GET /v1/cluster``         the GPUs, who is on each, and the queue
 ``GET /v1/tenants``         quotas and what each tenant holds
 ``GET /v1/health``          liveness (no token needed)
+``GET /metrics``            Prometheus metrics (:mod:`corral.live.api.metrics`; no token unless the serve
+                            configuration's ``metrics_token`` asks for the admin's); not in the OpenAPI schema
 ==========================  ===========================================================================
 
 Auth: exactly one ``Authorization`` header, of exactly the form ``Bearer TOKEN`` (one space; the scheme's case is
@@ -52,7 +55,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -62,7 +65,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral import __version__
 from corral.core.errors import ConfigError, CorralError, InvariantViolation, JobSpecError
 from corral.core.job import JobPhase
+from corral.live.api.docs import add_offline_docs
 from corral.live.api.errors import http_status
+from corral.live.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from corral.live.api.metrics import metrics_registry, render
 from corral.live.api.models import (
     DEFAULT_LOG_CHUNK,
     DEFAULT_PAGE,
@@ -416,6 +422,8 @@ def create_app(controller: Controller) -> FastAPI:
     app = FastAPI(
         title="corral",
         version=__version__,
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: add_offline_docs serves /docs instead
+        redoc_url=None,
         description="The live API of corral, a GPU cluster scheduler: submit jobs (commands) to run on this "
         "machine's GPUs under a scheduling policy, with per-tenant quotas. Authenticate with "
         '`Authorization: Bearer TOKEN` (the admin token, or a tenant\'s). Errors are `{"detail": "..."}`.',
@@ -428,6 +436,7 @@ def create_app(controller: Controller) -> FastAPI:
     app.state.tokens = tokens
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(CatchAll)
+    add_offline_docs(app)
 
     # -- errors ------------------------------------------------------------------------------------------------
     def error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -693,6 +702,26 @@ def create_app(controller: Controller) -> FastAPI:
     def health() -> Health:
         """Answers while the server runs; needs no token."""
         return Health(status="ok", version=__version__)
+
+    # -- metrics -----------------------------------------------------------------------------------------------
+    registry = metrics_registry(controller)
+
+    def metrics_page() -> Response:
+        return Response(render(registry), media_type=METRICS_CONTENT_TYPE)
+
+    if config.metrics_token:
+
+        @app.get("/metrics", include_in_schema=False)
+        def metrics_admin(who: Who) -> Response:
+            if who.tenant is not None:
+                raise NotYours("the metrics need the admin token")
+            return metrics_page()
+
+    else:
+
+        @app.get("/metrics", include_in_schema=False)
+        def metrics_open() -> Response:
+            return metrics_page()
 
     return app
 

@@ -81,6 +81,7 @@ from corral.live.agent import (
 from corral.live.controller import lifecycle
 from corral.live.controller.cluster import cluster_for, cluster_for_nodes
 from corral.live.controller.executor import AgentLike, ExecutorLinks, LiveExecutor
+from corral.live.controller.stats import LiveStats
 from corral.live.nodes import NodeDown, NodeReport, Nodes, NodeUp
 from corral.live.records import (
     ClusterSnapshot,
@@ -174,6 +175,8 @@ class Controller:
         self.engine = Engine(self.state, policy, self.executor, self.clock, record_decisions=record_decisions)
         self.engine.on_change = self._changed
         self.engine.on_waiting = self._note_waiting
+        self.stats = LiveStats()  # round latencies and job events, for GET /metrics
+        self.engine.on_round = self.stats.observe_round
         self._tenants = {t.name: t for t in cluster.tenants}
         self._inbox: queue.Queue[_Item] = queue.Queue()
         self._turn_changes = _Pending()
@@ -560,6 +563,7 @@ class Controller:
 
     def note(self, job_id: str, kind: str, detail: str = "") -> None:
         self._turn_changes.notes.append((self._turn_now, job_id, kind, detail))
+        self.stats.count_event(kind)
         job = self.state.job(job_id) if job_id in self.state else None
         if job is not None:
             self._turn_changes.jobs[job_id] = job
@@ -872,6 +876,11 @@ class Controller:
         """Up to ``size`` bytes of the job's log from ``offset`` and the log's size, read by the agent of the node
         that holds it (through Ray on another machine)."""
         return self.agent.read_log(job_id, offset, size)
+
+    def waiting_reasons(self) -> dict[str, str]:
+        """Why each pending job waits, as the last round that examined it said (a copy; any thread)."""
+        with self._telemetry_lock:
+            return dict(self._waiting)
 
     def _with_telemetry(self, record: JobRecord) -> JobRecord:
         """The stored record with what is kept in memory only: its latest telemetry, and why it waits."""
