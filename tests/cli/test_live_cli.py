@@ -422,3 +422,34 @@ def test_a_pending_job_shows_how_long_it_has_waited(server: Server) -> None:
     assert ended["queued_since_s"] is None and 2 <= ended["queued_s"] < 60
     code, out = run(server, "job", waiting, token=ALICE)
     assert re.search(rf"queued\W+{round(ended['queued_s'])}s", out), out
+
+
+def test_serve_prints_a_line_per_job_event_unless_quiet(tmp_path: Path) -> None:
+    import threading
+
+    loud = start_server(tmp_path / "loud", "--gpus", "1")
+    seen: list[str] = []
+    stdout = loud.process.stdout
+    assert stdout is not None
+    threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True).start()
+    try:
+        code, out = run(loud, "submit", "--", PY, "-c", "pass")
+        assert code == 0, out
+        job_id = out.splitlines()[0]
+        deadline = time.monotonic() + 30
+        while not any(f"{job_id} finished" in line for line in seen):
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        kinds = [line.split()[2].rstrip(":") for line in seen if job_id in line]
+        assert kinds[:2] == ["submitted", "launched"] and kinds[-1] == "finished", seen
+        assert re.match(r"\d\d:\d\d:\d\d ", seen[0])
+    finally:
+        stop_server(loud)
+    quiet = start_server(tmp_path / "quiet", "--gpus", "1", "--quiet")
+    try:
+        code, out = run(quiet, "submit", "--wait", "--", PY, "-c", "pass")
+        assert code == 0, out
+    finally:
+        stop_server(quiet)
+    assert quiet.process.stdout is not None
+    assert quiet.process.stdout.read() == ""  # the banner was read already; nothing else was printed

@@ -32,9 +32,11 @@ import ipaddress
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -72,6 +74,7 @@ WAIT_TIMED_OUT = 124  # --timeout ran out, as timeout(1) says it
 WAIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 LOG_TAIL_LINES = 10  # the lines of a failed job's log that `corral wait` shows
 LOG_TAIL_BYTES = 16 * 1024  # where it looks for them: the log's end, however long the log
+EVENT_BACKLOG = 10_000  # turns of job events `corral serve` holds for printing before it drops some
 _PHASE_STYLE = {
     "pending": "yellow",
     "running": "green",
@@ -225,6 +228,7 @@ def _gpus_words(snapshot: ClusterSnapshot) -> str:
     type=click.Path(file_okay=False),
     help="With --ray: a directory every node shares, for checkpoints (default STATE_DIR/checkpoints).",
 )
+@click.option("--quiet", is_flag=True, help="Do not print a line per job event (launched, preempted, finished, ...).")
 def serve(
     config_path: str | None,
     gpus: int | None,
@@ -236,8 +240,10 @@ def serve(
     ray: str | None,
     ray_expect: tuple[str, ...],
     checkpoint_dir: str | None,
+    quiet: bool,
 ) -> None:
-    """Run the live scheduler and its HTTP API in the foreground (Ctrl-C stops it; jobs keep running)."""
+    """Run the live scheduler and its HTTP API in the foreground (Ctrl-C stops it; jobs keep running). Prints a
+    line per job event (submitted, launched, preempted, paused, resized, finished, failed, ...) unless --quiet."""
     with _errors():
         from corral.live.config import ensure_admin_token, load_config
 
@@ -265,7 +271,7 @@ def serve(
             sock = _listen(config.host, config.port)
             previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
             try:
-                _serve(config, sock, token_given)
+                _serve(config, sock, token_given, quiet)
             except (_Stop, KeyboardInterrupt):
                 pass
             finally:
@@ -275,8 +281,35 @@ def serve(
         err_console.print("corral stopped (job processes keep running; the next `corral serve` takes them back)")
 
 
-def _serve(config: ServeConfig, sock: socket.socket, token_given: bool) -> None:
+def _serve(config: ServeConfig, sock: socket.socket, token_given: bool, quiet: bool) -> None:
     from corral.live.server import serve
+    from corral.live.store import JobEvent
+
+    # The controller's loop hands each turn's events over and goes on; a thread of its own prints them, so that a
+    # terminal or pipe that does not keep up never holds the scheduler back (past EVENT_BACKLOG lines, it drops
+    # them and says how many).
+    lines: queue.Queue[list[JobEvent]] = queue.Queue(maxsize=EVENT_BACKLOG)
+    dropped = [0]
+
+    def events(batch: list[JobEvent]) -> None:
+        try:
+            lines.put_nowait(batch)
+        except queue.Full:
+            dropped[0] += len(batch)
+
+    def printer() -> None:
+        while True:
+            batch = lines.get()
+            if dropped[0]:
+                click.echo(f"({dropped[0]} job events not printed: the output did not keep up)", color=None)
+                dropped[0] = 0
+            for e in batch:
+                stamp = time.strftime("%H:%M:%S", time.localtime(e.time_s))
+                click.echo(f"{stamp} {e.job_id} {e.kind}" + (f": {e.detail}" if e.detail else ""), color=None)
+            sys.stdout.flush()
+
+    if not quiet:
+        threading.Thread(target=printer, name="corral-events", daemon=True).start()
 
     def ready(snapshot: ClusterSnapshot) -> None:
         where = "from the configuration" if token_given else str(config.admin_token_path)
@@ -287,7 +320,7 @@ def _serve(config: ServeConfig, sock: socket.socket, token_given: bool) -> None:
         )
         sys.stdout.flush()
 
-    serve(config, sock, ready)
+    serve(config, sock, ready, None if quiet else events)
 
 
 # ==============================================================================================================

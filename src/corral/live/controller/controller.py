@@ -176,6 +176,8 @@ class Controller:
         self.engine.on_change = self._changed
         self.engine.on_waiting = self._note_waiting
         self.stats = LiveStats()  # round latencies and job events, for GET /metrics
+        # Told each turn's job events once they are committed (corral serve prints them); on the loop thread.
+        self.on_events: Callable[[list[JobEvent]], None] | None = None
         self.engine.on_round = self.stats.observe_round
         self._tenants = {t.name: t for t in cluster.tenants}
         self._inbox: queue.Queue[_Item] = queue.Queue()
@@ -487,6 +489,8 @@ class Controller:
                         self.store.insert(seq, self._request_of(job.spec), job, proc)
                 for t, job_id, kind, detail in changes.notes:
                     self.store.log(t, job_id, kind, detail)
+            if changes.notes:
+                self._told([JobEvent(*note) for note in changes.notes])
         for command in changes.commands:
             try:
                 command()
@@ -495,6 +499,16 @@ class Controller:
         for job_id, job in changes.jobs.items():  # forget what no longer takes part (the store has it)
             if job.phase.is_terminal and self.process(job_id).phase is ProcessPhase.NONE:
                 self._forget(job_id)
+
+    def _told(self, events: list[JobEvent]) -> None:
+        """Job events just committed: counted for the metrics, handed to the listener (``on_events``)."""
+        for e in events:
+            self.stats.count_event(e.kind)
+        if self.on_events is not None:
+            try:
+                self.on_events(events)
+            except Exception:  # a listener's failure (a closed terminal) must not stop the scheduler
+                log.exception("controller: the job events listener failed")
 
     def _forget(self, job_id: str) -> None:
         self._proc.pop(job_id, None)
@@ -563,7 +577,6 @@ class Controller:
 
     def note(self, job_id: str, kind: str, detail: str = "") -> None:
         self._turn_changes.notes.append((self._turn_now, job_id, kind, detail))
-        self.stats.count_event(kind)
         job = self.state.job(job_id) if job_id in self.state else None
         if job is not None:
             self._turn_changes.jobs[job_id] = job
@@ -790,10 +803,12 @@ class Controller:
                 gpu_mem_mib=request.gpu_mem_mib,
             )
             status = JobStatus(spec=spec, queued_since_s=spec.submit_s)
+            submitted = JobEvent(spec.submit_s, spec.job_id, "submitted", _describe(request))
             with self.store.transaction():
                 self.store.insert(seq, request, status, ProcessState())
-                self.store.log(spec.submit_s, spec.job_id, "submitted", _describe(request))
+                self.store.log(submitted.time_s, submitted.job_id, submitted.kind, submitted.detail)
             self._seq[spec.job_id] = seq
+            self._told([submitted])  # before the engine hears of it: its other events come after
         self._inbox.put(_Item("submit", (spec, request)))
         return self.job(spec.job_id)
 
