@@ -148,3 +148,23 @@ def test_metrics_need_the_admin_token_when_configured(tmp_path_factory: pytest.T
         assert "corral_gpu_allocated_ratio" in scrape(api, ROOT)
     finally:
         stop(c)
+
+
+def test_the_grafana_dashboard_queries_only_series_that_metrics_exports(controller: Controller) -> None:
+    import json
+    import re
+
+    api = TestClient(create_app(controller))
+    r = api.post("/v1/jobs", json={"command": SLEEP, "cwd": "/", "tenant": "alice"}, headers=ROOT)
+    job_id = r.json()["job_id"]
+    until(lambda: controller.job(job_id).process.phase is ProcessPhase.RUNNING)
+    families = list(text_string_to_metric_families(api.get("/metrics").text))
+    exported = {f.name for f in families} | {sample.name for f in families for sample in f.samples}
+    dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana" / "corral.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bcorral_[a-z_]+", target["expr"])
+    }
+    assert queried and queried <= exported, queried - exported
