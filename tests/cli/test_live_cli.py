@@ -6,10 +6,12 @@ its refusals."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -425,8 +427,6 @@ def test_a_pending_job_shows_how_long_it_has_waited(server: Server) -> None:
 
 
 def test_serve_prints_a_line_per_job_event_unless_quiet(tmp_path: Path) -> None:
-    import threading
-
     loud = start_server(tmp_path / "loud", "--gpus", "1")
     seen: list[str] = []
     stdout = loud.process.stdout
@@ -453,3 +453,41 @@ def test_serve_prints_a_line_per_job_event_unless_quiet(tmp_path: Path) -> None:
         stop_server(quiet)
     assert quiet.process.stdout is not None
     assert quiet.process.stdout.read() == ""  # the banner was read already; nothing else was printed
+
+
+def test_events_lists_and_follows_what_a_token_may_see(server: Server) -> None:
+    code, out = run(server, "submit", "--wait", "--", PY, "-c", "pass", token=ALICE)
+    assert code == 0, out
+    mine = out.splitlines()[0]
+    code, out = run(server, "submit", "--wait", "--", PY, "-c", "pass", token=BOB)
+    assert code == 0, out
+    theirs = out.splitlines()[0]
+    code, out = run(server, "events", "--all", token=ALICE)
+    assert code == 0, out
+    assert f"{mine} submitted" in out and f"{mine} finished" in out and theirs not in out
+    code, admin = run(server, "events", "--all")
+    assert code == 0 and mine in admin and theirs in admin
+    code, out = run(server, "events", "--last", "1", token=BOB)
+    assert code == 0 and out.count("\n") == 1 and f"{theirs} finished" in out, out
+
+    # -f: what happens next, as it happens, with Bob's token.
+    env = {**os.environ, "CORRAL_URL": server.url, "CORRAL_TOKEN": BOB}
+    follower = subprocess.Popen(
+        [PY, "-m", "corral.cli.main", "events", "-f", "--last", "0"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    seen: list[str] = []
+    assert follower.stdout is not None
+    stdout = follower.stdout
+    threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True).start()
+    try:
+        time.sleep(1.0)  # it has found the end of the feed
+        code, out = run(server, "submit", "--", PY, "-c", "pass", token=BOB)
+        later = out.splitlines()[0]
+        deadline = time.monotonic() + 30
+        while not any(f"{later} finished" in line for line in seen):
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        assert not any(theirs in line for line in seen)  # only what came after it started
+    finally:
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(timeout=10) == 130

@@ -562,6 +562,7 @@ def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None
         ("get", "/v1/jobs"),
         ("get", "/v1/jobs/{job_id}"),
         ("get", "/v1/jobs/{job_id}/events"),
+        ("get", "/v1/events"),
         ("get", "/v1/jobs/{job_id}/logs"),
         ("post", "/v1/jobs/{job_id}/cancel"),
         ("get", "/v1/cluster"),
@@ -648,6 +649,8 @@ def test_the_client_shapes_match_the_api_models() -> None:
         (client.ProcessJson, wire.ProcessOut),
         (client.TelemetryJson, wire.TelemetryOut),
         (client.EventJson, wire.EventOut),
+        (client.FeedEventJson, wire.FeedEventOut),
+        (client.EventFeedJson, wire.EventFeed),
         (client.LogChunkJson, wire.LogChunk),
         (client.GpuJobJson, wire.GpuJobOut),
         (client.GpuJson, wire.GpuOut),
@@ -657,3 +660,28 @@ def test_the_client_shapes_match_the_api_models() -> None:
     ]
     for shape, model in pairs:
         assert list(shape.__annotations__) == list(model.model_fields), model.__name__
+
+
+def test_the_event_feed_shows_a_tenant_its_own_jobs_events_numbered_on_their_own(api: TestClient) -> None:
+    quick = [PY, "-c", "pass"]
+    a = submit(api, A, command=quick, cwd="/", tenant="alice")["job_id"]
+    b = submit(api, B, command=quick, cwd="/", tenant="bob")["job_id"]
+    deadline = time.monotonic() + 30
+    while {api.get(f"/v1/jobs/{j}", headers=ROOT).json()["phase"] for j in (a, b)} != {"finished"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    everything = api.get("/v1/events", headers=ROOT).json()
+    assert {e["job_id"] for e in everything["events"]} == {a, b}
+    mine = api.get("/v1/events", headers=A).json()
+    assert {e["job_id"] for e in mine["events"]} == {a}
+    # Positions count alice's events alone: they say nothing of how many bob's jobs had.
+    assert [e["position"] for e in mine["events"]] == list(range(1, len(mine["events"]) + 1))
+    assert mine["next_after"] == len(mine["events"])
+    assert mine["events"][0]["kind"] == "submitted" and mine["events"][-1]["kind"] == "finished"
+    page = api.get("/v1/events", params={"after": 1, "limit": 2}, headers=A).json()
+    assert page["events"] == mine["events"][1:3] and page["next_after"] == 3
+    assert api.get("/v1/events", params={"after": page["next_after"] + 100}, headers=A).json() == {
+        "events": [],
+        "next_after": page["next_after"] + 100,
+    }
+    assert api.get("/v1/events", params={"after": -1}, headers=A).status_code == 422

@@ -736,6 +736,40 @@ def logs(job_id: str, follow: bool, **client: Any) -> None:
 
 
 @click.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing events as they come (Ctrl-C stops).")
+@click.option(
+    "--last", type=click.IntRange(min=0), default=20, show_default=True, help="Start with the last N events so far."
+)
+@click.option("--all", "from_start", is_flag=True, help="Start with every event so far.")
+@client_options
+def events(follow: bool, last: int, from_start: bool, **client: Any) -> None:
+    """Print job events, every job's (a tenant's token: its own jobs'): time, job, kind, detail."""
+    with _errors(), make_client(**client) as api:
+        after = 0
+        if not from_start:  # find the end of the feed, then step back `last` events
+            while True:
+                page = api.event_feed(after=after)
+                if not page["events"]:
+                    break
+                after = page["next_after"]
+            after = max(0, after - last)
+        try:
+            while True:
+                page = api.event_feed(after=after)
+                for e in page["events"]:
+                    stamp = time.strftime("%H:%M:%S", time.localtime(e["time_s"]))
+                    detail = f": {visible(e['detail'])}" if e["detail"] else ""
+                    click.echo(f"{stamp} {e['job_id']} {visible(e['kind'])}{detail}")
+                after = page["next_after"]
+                if not page["events"]:
+                    if not follow:
+                        return
+                    time.sleep(FOLLOW_POLL_S)
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+
+@click.command()
 @click.argument("job_id")
 @click.option(
     "--timeout",
@@ -932,4 +966,4 @@ def _cluster_table(snap: ClusterJson) -> Table:
     return table
 
 
-LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, wait, cancel, tenants)
+LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, events, wait, cancel, tenants)

@@ -111,6 +111,19 @@ class EventJson(TypedDict):
     detail: str
 
 
+class FeedEventJson(TypedDict):
+    position: int
+    time_s: float
+    job_id: str
+    kind: str
+    detail: str
+
+
+class EventFeedJson(TypedDict):
+    events: list[FeedEventJson]
+    next_after: int
+
+
 class LogChunkJson(TypedDict):
     job_id: str
     offset: int
@@ -325,6 +338,12 @@ class Client:
 
     def events(self, job_id: str) -> list[EventJson]:
         return cast(list[EventJson], self._request("GET", f"/v1/jobs/{_id(job_id)}/events")["events"])
+
+    def event_feed(self, *, after: int = 0, limit: int | None = None) -> EventFeedJson:
+        params: list[tuple[str, str]] = [("after", str(after))]
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        return cast(EventFeedJson, self._request("GET", "/v1/events", params=params))
 
     def logs(self, job_id: str, *, offset: int = 0, limit: int | None = None) -> LogChunkJson:
         params: list[tuple[str, str]] = [("offset", str(offset))]

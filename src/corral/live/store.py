@@ -261,6 +261,25 @@ class Store:
             ).fetchall()
         return [JobEvent(*r) for r in rows]
 
+    def events_after(self, after: int, limit: int, *, tenant: str | None = None) -> list[tuple[int, JobEvent]]:
+        """Every job's events in the order they were logged, after position ``after``, at most ``limit``, each with
+        its position. Without ``tenant``: positions are the events' own numbers. With ``tenant``: that tenant's
+        jobs' events only, and positions count its events alone (1, 2, 3, ...), so that they say nothing of
+        other tenants' (an offset into its own history: events are only ever appended)."""
+        with self._lock:
+            if tenant is None:
+                rows = self._db.execute(
+                    "SELECT seq, time_s, job_id, kind, detail FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+                return [(r[0], JobEvent(*r[1:])) for r in rows]
+            rows = self._db.execute(
+                "SELECT e.time_s, e.job_id, e.kind, e.detail FROM events e JOIN jobs j ON j.job_id = e.job_id "
+                "WHERE j.tenant = ? ORDER BY e.seq LIMIT ? OFFSET ?",
+                (tenant, limit, after),
+            ).fetchall()
+        return [(after + i + 1, JobEvent(*r)) for i, r in enumerate(rows)]
+
     def count_by_phase(self) -> dict[str, int]:
         with self._lock:
             rows = self._db.execute("SELECT phase, COUNT(*) FROM jobs GROUP BY phase").fetchall()

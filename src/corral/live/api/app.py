@@ -11,6 +11,7 @@ Routes (all under ``/v1``; every one but ``/v1/health`` needs ``Authorization: B
                             ``limit``, ``cursor``, ``order``), with the total count and the next page's cursor
 ``GET /v1/jobs/{id}``       one job
 ``GET /v1/jobs/{id}/events`` the job's history
+``GET /v1/events``          every job's events after a position (query ``after``, ``limit``), for following
 ``GET /v1/jobs/{id}/logs``  a chunk of the job's output from byte ``offset`` (for ``corral logs -f``)
 ``POST /v1/jobs/{id}/cancel`` cancel a pending or running job (409 if it already ended)
 ``GET /v1/cluster``         the GPUs, who is on each, and the queue
@@ -77,8 +78,10 @@ from corral.live.api.models import (
     MAX_PAGE,
     ClusterOut,
     ErrorOut,
+    EventFeed,
     EventList,
     EventOut,
+    FeedEventOut,
     Health,
     JobList,
     JobOut,
@@ -622,6 +625,31 @@ def create_app(controller: Controller) -> FastAPI:
         events = controller.events(job_id)
         return EventList(
             job_id=job_id, events=[EventOut(time_s=e.time_s, kind=e.kind, detail=e.detail) for e in events]
+        )
+
+    @app.get(
+        "/v1/events",
+        tags=["jobs"],
+        summary="Every job's events",
+        responses=_responses(_422=_BAD_PARAMETER),
+    )
+    def events_feed(
+        who: Who,
+        after: Annotated[
+            int, Query(ge=0, le=2**53, description="Position after which to start (0: from the first).")
+        ] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most events to return.")] = MAX_PAGE,
+    ) -> EventFeed:
+        """Events of every job, oldest first, after position ``after``: poll with ``after=next_after`` to follow
+        (``corral events -f``). With a tenant's token, its own jobs' events only, and positions count its own
+        events alone, so that they say nothing of other tenants'."""
+        found = controller.events_after(after, limit, who.tenant)
+        return EventFeed(
+            events=[
+                FeedEventOut(position=n, time_s=e.time_s, job_id=e.job_id, kind=e.kind, detail=e.detail)
+                for n, e in found
+            ],
+            next_after=found[-1][0] if found else after,
         )
 
     @app.get(

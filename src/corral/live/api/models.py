@@ -205,6 +205,23 @@ class EventList(_Model):
     events: list[EventOut] = Field(description="Its events in order.")
 
 
+class FeedEventOut(_Model):
+    """One job event in the feed of every job's events."""
+
+    position: int = Field(description="Its place in the feed (with a tenant's token, in that tenant's feed).")
+    time_s: float = Field(description="When (Unix seconds).")
+    job_id: str = Field(description="The job.")
+    kind: str = Field(description="What happened: submitted, launched, preempted, resized, finished, ...")
+    detail: str = Field(description="More words about it.")
+
+
+class EventFeed(_Model):
+    """Events of every job (a tenant's token: its own jobs'), oldest first, after a position."""
+
+    events: list[FeedEventOut] = Field(description="The events, in the order they happened.")
+    next_after: int = Field(description="Pass as `after` to get the events that come next (or none yet).")
+
+
 class LogChunk(_Model):
     """Part of a job's output (stdout and stderr together), from byte ``offset``."""
 

@@ -884,6 +884,10 @@ class Controller:
         self.job(job_id)
         return self.store.events(job_id)
 
+    def events_after(self, after: int, limit: int, tenant: str | None = None) -> list[tuple[int, JobEvent]]:
+        """Every job's events after position ``after`` (see :meth:`Store.events_after`), committed ones only."""
+        return self.store.events_after(after, limit, tenant=tenant)
+
     def log_path(self, job_id: str) -> Path:
         return self.agent.log_path(job_id)
 
