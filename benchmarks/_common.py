@@ -29,3 +29,22 @@ def run_child(script: str, *args: str) -> dict[str, Any]:
 
 def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result))
+
+
+def wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Wait until the ``corral serve`` process ``server`` answers ``GET url/v1/health``; exit if it dies first or
+    ``timeout_s`` passes."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise SystemExit("corral serve did not come up")
+        time.sleep(0.1)

@@ -33,6 +33,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import wait_healthy
+
 from corral.core.job import JobSpec, JobStatus
 from corral.live.records import JobRequest, ProcessState
 from corral.live.store import Store
@@ -105,16 +108,7 @@ def main() -> None:
         )
         headers = {"Authorization": f"Bearer {TOKEN}"}
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("corral serve did not come up")
-                time.sleep(0.1)
+            wait_healthy(url, server, 300)
             up_s = time.perf_counter() - started
             with httpx.Client(base_url=url, headers=headers, timeout=600) as http:
                 active = [("phase", "pending"), ("phase", "running")]

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import wait_healthy
 from bench_api_list import SERVE, TOKEN, _free_port, fill, timed
 
 
@@ -52,16 +53,7 @@ def main() -> None:
         )
         headers = {"Authorization": f"Bearer {TOKEN}"}
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("corral serve did not come up")
-                time.sleep(0.1)
+            wait_healthy(url, server, 300)
             with httpx.Client(base_url=url, headers=headers, timeout=600) as http:
                 sleeper = {"command": [sys.executable, "-c", "import time; time.sleep(600)"], "cwd": tmp}
                 ids = [

@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import wait_healthy
 
 from corral.live.client import Client
 
@@ -68,16 +69,7 @@ def main() -> None:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("corral serve did not come up")
-                time.sleep(0.1)
+            wait_healthy(url, server, 60)
             client = Client(url, (state / "admin.token").read_text().strip())
             command = [sys.executable, "-c", "import time; print(repr(time.time()))"]
             scheduled, spawned, running = [], [], []

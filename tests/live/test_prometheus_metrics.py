@@ -4,15 +4,14 @@ counters that count, no secrets in it, and the admin token when the configuratio
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from test_controller import shutdown, wait_until
 
 with warnings.catch_warnings():  # newer Starlette nags about httpx; the client works
     warnings.simplefilter("ignore")
@@ -24,7 +23,7 @@ from corral.live.agent.messages import JobReported
 from corral.live.api import create_app
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
-from corral.live.records import BadRequest, ProcessPhase
+from corral.live.records import ProcessPhase
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -51,23 +50,13 @@ def start(tmp: Path, **options: object) -> Controller:
     return c
 
 
-def stop(c: Controller) -> None:
-    for record in c.jobs(phases=[JobPhase.PENDING, JobPhase.RUNNING]):
-        with contextlib.suppress(BadRequest):
-            c.cancel(record.job_id)
-    deadline = time.monotonic() + 20
-    while any(r.process.phase is not ProcessPhase.NONE for r in c.jobs()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    c.stop()
-
-
 @pytest.fixture
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
     c = start(tmp_path_factory.mktemp("m"))
     try:
         yield c
     finally:
-        stop(c)
+        shutdown(c)
 
 
 def scrape(
@@ -85,10 +74,7 @@ def scrape(
 
 
 def until(cond: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    assert wait_until(cond, timeout_s), "timed out"
 
 
 def test_metrics_match_the_api(controller: Controller) -> None:
@@ -147,7 +133,7 @@ def test_metrics_need_the_admin_token_when_configured(tmp_path_factory: pytest.T
         assert api.get("/metrics", headers={"Authorization": f"Bearer {ALICE}"}).status_code == 403
         assert "corral_gpu_allocated_ratio" in scrape(api, ROOT)
     finally:
-        stop(c)
+        shutdown(c)
 
 
 def test_the_grafana_dashboard_queries_only_series_that_metrics_exports(controller: Controller) -> None:
