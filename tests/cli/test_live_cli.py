@@ -135,6 +135,10 @@ def test_serve_refusals(tmp_path: Path, server: Server) -> None:
     assert r.returncode == 2 and "--gpus" in r.stderr
     r = serve("--policy", "nosuch", "--gpus", "1", "--state-dir", str(tmp_path / "d"))
     assert r.returncode == 2 and "unknown policy 'nosuch'" in r.stderr
+    # A policy that needs job durations would start and reject every job: refused before anything starts.
+    r = serve("--policy", "sjf", "--gpus", "1", "--state-dir", str(tmp_path / "e"))
+    assert r.returncode == 2 and "error: <command line>: --policy: sjf orders jobs by their duration" in r.stderr
+    assert "tiresias" in r.stderr and not (tmp_path / "e").exists()
     for stream in (r.stdout, r.stderr):
         assert "Traceback" not in stream
 
@@ -491,3 +495,132 @@ def test_events_lists_and_follows_what_a_token_may_see(server: Server) -> None:
     finally:
         follower.send_signal(signal.SIGINT)
         assert follower.wait(timeout=10) == 130
+
+
+# -- a first hour without surprises (issue 18) --------------------------------------------------------------------
+def _submit(server: Server, *args: str, token: str | None = None) -> Any:
+    """``corral submit ARGS`` with stdout and stderr apart (``run`` gives them mixed)."""
+    env = {"CORRAL_URL": None, "CORRAL_TOKEN": token, "CORRAL_STATE_DIR": str(server.state_dir)}
+    return CliRunner().invoke(cli, ["submit", *args], env=env)
+
+
+def test_submit_says_when_the_job_fails_at_once(server: Server) -> None:
+    script = "import sys\nprint('no such file: data.csv', flush=True)\nsys.exit(3)"
+    result = _submit(server, "--", PY, "-c", script, token=ALICE)
+    assert result.exit_code == 1, result.output
+    job_id = result.stdout.strip()  # stdout: the id alone, as for a job that runs (ID=$(corral submit ...))
+    assert re.fullmatch(r"[a-z2-9]{8}", job_id), result.stdout
+    # stderr: how it ended, as `corral wait` says it, and the end of its log.
+    assert f"job {job_id} failed: exited with code 3" in result.stderr, result.stderr
+    assert "no such file: data.csv" in result.stderr and f"corral logs {job_id}" in result.stderr
+
+    result = _submit(server, "--", "corral-no-such-command", token=ALICE)  # a typo in the command
+    assert result.exit_code == 1 and "failed: " in result.stderr, result.output
+
+    result = _submit(server, "--json", "--", PY, "-c", "raise SystemExit(4)", token=ALICE)
+    assert result.exit_code == 1, result.output
+    job = json.loads(result.stdout)  # one document: the job as it stood after the check
+    assert job["phase"] == "failed" and job["process"]["exit_code"] == 4
+
+    # A job that runs, or ends well, within the second: the id, exit 0, as before.
+    result = _submit(server, "--", PY, "-c", "pass", token=ALICE)
+    assert result.exit_code == 0 and re.fullmatch(r"[a-z2-9]{8}\n", result.stdout), result.output
+    result = _submit(server, "--", PY, "-c", "import time; time.sleep(60)", token=ALICE)
+    assert result.exit_code == 0 and re.fullmatch(r"[a-z2-9]{8}\n", result.stdout), result.output
+    assert run(server, "cancel", result.stdout.strip(), token=ALICE)[0] == 0
+    # --no-check: back at once, whatever becomes of the job.
+    result = _submit(server, "--no-check", "--", PY, "-c", "raise SystemExit(3)", token=ALICE)
+    assert result.exit_code == 0 and re.fullmatch(r"[a-z2-9]{8}\n", result.stdout), result.output
+    assert wait_phase(server, result.stdout.strip(), "failed")["phase"] == "failed"
+
+
+def test_jobs_shows_the_jobs_that_failed_lately(server: Server) -> None:
+    result = _submit(server, "--name", "broken", "--", PY, "-c", "raise SystemExit(5)", token=BOB)
+    assert result.exit_code == 1, result.output
+    failed = result.stdout.strip()
+    code, out = run(server, "jobs", token=BOB)
+    assert code == 0, out
+    assert "failed or rejected in the last 10 minutes" in out, out
+    assert _cell(out, "reason", failed) == "exited with code 5" and _cell(out, "name", failed) == "broken"
+    assert re.search(r"\d+s ago", _cell(out, "ended", failed)), out
+    code, out = run(server, "jobs", token=ALICE)  # another tenant's failure is not shown
+    assert code == 0 and failed not in out, out
+    # The other views are what they say: --all lists it once, among the others; --phase, only that phase.
+    code, out = run(server, "jobs", "--all", token=BOB)
+    assert out.count(failed) == 1 and "in the last 10 minutes" not in out, out
+    code, out = run(server, "jobs", "--phase", "running", token=BOB)
+    assert failed not in out, out
+
+
+def test_recent_failures_are_those_that_ended_in_the_last_ten_minutes() -> None:
+    from corral.cli.live import _recent_failures
+
+    now = 1_000_000.0
+    jobs = [
+        {"job_id": "old", "end_s": now - 601},
+        {"job_id": "new", "end_s": now - 5},
+        {"job_id": "mid", "end_s": now - 300},
+    ]
+    asked: dict[str, Any] = {}
+
+    class Api:
+        def jobs_page(self, **query: Any) -> Any:
+            asked.update(query)
+            return {"jobs": jobs, "total": len(jobs), "next_cursor": None}
+
+    found = _recent_failures(Api(), "vision", now)  # type: ignore[arg-type]
+    assert [j["job_id"] for j in found] == ["new", "mid"]  # the latest first
+    assert asked["phases"] == ("failed", "rejected") and asked["newest_first"] and asked["tenant"] == "vision"
+
+
+def test_submit_export_env(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPORTED_A", "from me")
+    monkeypatch.setenv("EXPORTED_B", "mine too")
+    script = "import os; print('seen:', os.environ.get('EXPORTED_A'), '|', os.environ.get('EXPORTED_B'))"
+    # Without --export-env the job gets none of the submitter's environment.
+    code, out = run(server, "submit", "--wait", "--", PY, "-c", script, token=ALICE)
+    assert code == 0 and "seen: None | None" in run(server, "logs", out.splitlines()[0], token=ALICE)[1]
+    # Named variables; --env wins over an exported one.
+    code, out = run(server, "submit", "--export-env", "EXPORTED_A,EXPORTED_B", "--env", "EXPORTED_B=explicit",
+                    "--json", "--", PY, "-c", script, token=ALICE)  # fmt: skip
+    assert code == 0, out
+    job = json.loads(out)
+    assert job["env"] == {"EXPORTED_A": "from me", "EXPORTED_B": "explicit"}
+    wait_phase(server, job["job_id"], "finished")
+    assert "seen: from me | explicit" in run(server, "logs", job["job_id"], token=ALICE)[1]
+    # ALL: everything but CORRAL_* (the token among them) and what the job has of its own.
+    code, out = run(server, "submit", "--export-env", "ALL", "--json", "--", PY, "-c", "pass", token=ALICE)
+    assert code == 0, out
+    env = json.loads(out)["env"]
+    assert env["EXPORTED_A"] == "from me" and env["PATH"] == os.environ["PATH"]
+    assert not [k for k in env if k.startswith("CORRAL_")] and ALICE not in env.values()  # CORRAL_TOKEN was set
+    assert "HOME" not in env
+    # Errors: one line, nothing submitted.
+    monkeypatch.delenv("EXPORTED_UNSET", raising=False)
+    for args, words in (
+        (("EXPORTED_A,EXPORTED_UNSET",), "--export-env: EXPORTED_UNSET is not set in this environment"),
+        (("CORRAL_TOKEN",), "--export-env: CORRAL_TOKEN is corral's own"),
+        (("A=1",), "give a value with --env KEY=VALUE"),
+        (("EXPORTED_A,",), "expected ALL or NAME[,NAME...]"),
+    ):
+        code, out = run(server, "submit", "--export-env", *args, "--", "true", token=ALICE)
+        assert code == 2 and out.startswith("error: ") and words in out and len(out.splitlines()) == 1, out
+
+
+def test_exported_env_merges_names_and_all() -> None:
+    from corral.cli.live import exported_env
+
+    environ = {"A": "1", "B": "2", "CORRAL_URL": "u", "HOME": "/home/me", "CUDA_VISIBLE_DEVICES": "0", "PWD": "/x"}
+    assert exported_env(["A"], environ) == {"A": "1"}
+    assert exported_env(["A, B"], environ) == {"A": "1", "B": "2"}
+    assert exported_env(["A", "B"], environ) == {"A": "1", "B": "2"}  # repeated
+    assert exported_env(["ALL"], environ) == {"A": "1", "B": "2"}
+    assert exported_env(["ALL,HOME"], environ) == {"A": "1", "B": "2", "HOME": "/home/me"}  # named: passed
+    assert exported_env([], environ) == {}
+
+
+def test_the_docs_describe_every_key_of_a_job_file() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "live.md").read_text()
+    section = docs.split("### Job files", 1)[1].split("\n#", 1)[0]
+    missing = [key for key in live_cli._JOB_FILE_KEYS if f"`{key}`" not in section]
+    assert not missing, f"docs/live.md, Job files, does not describe {missing}"

@@ -278,3 +278,42 @@ def test_bad_expected_nodes_are_named(tmp_path: Path, toml: str, message: str) -
     with pytest.raises(InputError, match="ray_expect") as e:
         load_config(path)
     assert message in str(e.value)
+
+
+# -- policies that cannot schedule live jobs ----------------------------------------------------------------------
+@pytest.mark.parametrize("spec", ["sjf", "srtf", "srtf:preempt=false", "sjf:backfill=false"])
+def test_policies_that_need_durations_are_refused_at_start(tmp_path: Path, spec: str) -> None:
+    # SJF and SRTF order jobs by their trace duration; a live job has none, so they would start and then reject
+    # every job. The error names where the policy came from, why, and what to use instead.
+    path = write(tmp_path, f'[server]\npolicy = "{spec}"\n')
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    message = str(info.value)
+    name = spec.partition(":")[0]
+    assert message.startswith(f"{path}: server.policy: {name} orders jobs by their duration"), message
+    for words in ("a live job has none", "reject every job", "expected a policy that needs no durations: tiresias",
+                  "fifo", "themis", f"got {spec!r}"):  # fmt: skip
+        assert words in message, message
+    assert "sjf," not in message and "srtf," not in message  # not offered as what to use instead
+    with pytest.raises(InputError, match=rf"^<command line>: --policy: {name} orders jobs by their duration"):
+        load_config(None, policy=spec, state_dir=str(tmp_path / "s"))
+    # The flag over the file: the policy that would run is the one checked.
+    assert load_config(path, policy="tiresias").policy == "tiresias"
+    with pytest.raises(InputError, match=rf"^<command line>: --policy: {name} "):
+        load_config(write(tmp_path, '[server]\npolicy = "fifo"\n'), policy=spec)
+
+
+def test_themis_runs_live_jobs_without_durations(tmp_path: Path) -> None:
+    # Themis estimates a job without a duration from the time it has run: it is not refused.
+    assert load_config(None, policy="themis", state_dir=str(tmp_path / "s")).policy == "themis"
+
+
+def test_the_docs_name_every_key_of_the_configuration() -> None:
+    from corral.live.config import _SERVER_KEYS, _TENANT_KEYS
+
+    docs = (Path(__file__).parents[2] / "docs" / "live.md").read_text()
+    section = docs.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    missing = [
+        key for key in (*_SERVER_KEYS, *_TENANT_KEYS) if f"`{key}`" not in section and f"\n{key} =" not in section
+    ]
+    assert not missing, f"docs/live.md, Configuration, does not describe {missing}"

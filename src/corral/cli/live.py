@@ -16,7 +16,13 @@ not be able to move the admin's cursor, recolour the screen, set the terminal's 
 ``corral logs`` is the exception: it prints the job's own output as the job wrote it.
 
 ``corral jobs`` reads one page (50 jobs unless ``--limit``), says how many match in all, and prints the
-``--cursor`` of the next page.
+``--cursor`` of the next page. Its default view (the active jobs) also shows the jobs that failed or were
+rejected in the last 10 minutes, in a table of their own: a job that fails at once is otherwise never seen there.
+
+``corral submit`` prints the job's id, then watches the job for a second (not with ``--no-check``): one that
+ended in that time other than finished (a typo in the command, a missing file, a policy's rejection) is said, as
+``corral wait`` says it, and the command exits 1. A job gets none of the submitter's environment but what
+``--env`` and ``--export-env`` (``ALL`` or ``NAME[,NAME...]``, as Slurm's ``--export``) give.
 
 ``corral wait ID`` and ``corral submit --wait`` block until the job ends and exit with its outcome, so that a
 script can chain jobs: 0 finished; 1 failed, cancelled or rejected; 124 ``--timeout`` ran out (as ``timeout(1)``);
@@ -39,7 +45,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import FrameType
@@ -51,6 +57,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from corral.cli.errors import user_errors
+from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.core.toml import read_toml
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
@@ -67,6 +74,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ACTIVE_PHASES = ("pending", "running")
 ENDED_PHASES = ("finished", "failed", "cancelled", "rejected")
+FAILED_PHASES = ("failed", "rejected")  # ended without anyone asking: what `corral jobs` shows next to the active
+SUBMIT_CHECK_S = 1.0  # how long `corral submit` watches a job before it says it was submitted
+RECENT_FAILURES_S = 600  # failures `corral jobs` shows: those that ended this recently
+RECENT_FAILURES_SCAN = 200  # the failed jobs it reads for them, newest submitted first (the API has no end filter)
 FOLLOW_POLL_S = 0.5
 DEFAULT_PAGE = 50  # jobs `corral jobs` shows unless --limit says otherwise
 WAIT_FAILED = 1  # `corral wait`: the job failed, was cancelled or rejected
@@ -426,13 +437,60 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
+# What `--export-env ALL` leaves out besides CORRAL_*: variables the agent sets for the job itself (its user's
+# HOME, USER and LOGNAME, its GPUs) or that describe the submitter's shell, not the job (its directories). Named
+# one by one, they are passed all the same.
+_NOT_EXPORTED = frozenset((*contract.USER_ENV, "PWD", "OLDPWD", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"))
+
+
+def exported_env(specs: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` (the submitter's environment) that ``--export-env`` names: each spec is ``ALL``
+    or ``NAME[,NAME...]``. ``ALL`` is every variable but ``CORRAL_*`` (corral's own, the submitter's token among
+    them) and :data:`_NOT_EXPORTED`; a name that is not set, or a ``CORRAL_*`` name, is a :class:`ConfigError`."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        for name in (part.strip() for part in spec.split(",")):
+            if name == "ALL":
+                out.update((k, v) for k, v in environ.items() if not k.startswith("CORRAL_") and k not in _NOT_EXPORTED)
+            elif not name or "=" in name:
+                raise ConfigError(
+                    f"--export-env: expected ALL or NAME[,NAME...], got {spec!r}"
+                    + (" (give a value with --env KEY=VALUE)" if "=" in name else "")
+                )
+            elif name.startswith("CORRAL_"):
+                raise ConfigError(
+                    f"--export-env: {name} is corral's own (CORRAL_* variables, your token among them, are never "
+                    "passed to a job)"
+                )
+            elif name not in environ:
+                raise ConfigError(f"--export-env: {name} is not set in this environment")
+            else:
+                out[name] = environ[name]
+    return out
+
+
 @click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--tenant", help="Tenant to run for (default: your token's; required with the admin token if several).")
 @click.option("--gpus", "num_gpus", type=int, help="GPUs the job needs (default 1).")
 @click.option("--gpu-milli", type=int, help="Share of one GPU in milli-GPU, 1..1000 (default 1000 = whole).")
 @click.option("--opportunistic", is_flag=True, default=None, help="Run on spare GPUs outside the quota (preemptible).")
 @click.option("--name", help="A name to show in listings.")
-@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeat).")
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An environment variable for the job (repeat); the job does not get yours unless --export-env says so.",
+)
+@click.option(
+    "--export-env",
+    "export_specs",
+    multiple=True,
+    metavar="ALL|NAME[,NAME...]",
+    help="Pass these variables of your environment to the job, as Slurm's --export (repeat). ALL: every one but "
+    "CORRAL_* and those the job has of its own (HOME, USER, LOGNAME, PWD, OLDPWD, CUDA_VISIBLE_DEVICES, "
+    "CUDA_DEVICE_ORDER). --env and the job file's env win over them.",
+)
 @click.option("--cwd", type=click.Path(file_okay=False), help="Working directory (default: the current one).")
 @click.option("--gpu-mem-mib", type=int, help="GPU memory the job needs on each GPU, MiB.")
 @click.option("--priority", type=int, help="Priority (higher first, for policies that use it).")
@@ -442,6 +500,12 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     "wait_end",
     is_flag=True,
     help="Then wait until the job ends, and exit with its outcome as `corral wait` does (--json: the job as it ended).",
+)
+@click.option(
+    "--no-check",
+    "no_check",
+    is_flag=True,
+    help=f"Return at once, without watching the job for {SUBMIT_CHECK_S:g} s (for scripts that submit many).",
 )
 @json_option
 @client_options
@@ -454,16 +518,22 @@ def submit(
     opportunistic: bool | None,
     name: str | None,
     env_pairs: tuple[str, ...],
+    export_specs: tuple[str, ...],
     cwd: str | None,
     gpu_mem_mib: int | None,
     priority: int | None,
     job_file: str | None,
     wait_end: bool,
+    no_check: bool,
     as_json: bool,
     **client: Any,
 ) -> None:
-    """Submit a job: corral submit [OPTIONS] -- COMMAND [ARGS]... Prints the job's id (--wait: then waits for
-    it to end)."""
+    """Submit a job: corral submit [OPTIONS] -- COMMAND [ARGS]... Prints the job's id, then watches the job for
+    one second: if it ended in that time (failed, rejected), says how, as `corral wait` does, and exits 1
+    (--json: prints the job as it stood after that second). --wait: waits for the job to end instead.
+
+    The job does not get your environment: it gets the server's PATH, LANG, LANGUAGE, LC_*, TZ and TMPDIR, the
+    HOME and USER of the user it runs as, and what --env, --export-env and the job file's env give."""
     with _errors():
         fields = load_job_file(Path(job_file)) if job_file else {}
         given = {
@@ -478,7 +548,9 @@ def submit(
             "priority": priority,
         }
         fields.update({k: v for k, v in given.items() if v is not None})
-        env = dict(fields.get("env") or {})
+        # Explicit values win over exported ones: the job file's env, then --env over it.
+        env = exported_env(export_specs, os.environ)
+        env.update(fields.get("env") or {})
         env.update(_parse_env(env_pairs))
         if not fields.get("command"):
             raise ConfigError("no command: give it after `--` (corral submit -- python train.py), or in --file")
@@ -495,18 +567,42 @@ def submit(
                 gpu_mem_mib=fields.get("gpu_mem_mib"),
                 priority=fields.get("priority", 0),
             )
-            if as_json:
-                if not wait_end:  # with --wait, the job as it ended is printed instead
-                    _print_json(job)
-            else:
+            if not as_json:
                 click.echo(visible(job["job_id"]))
                 err_console.print(
                     f"submitted job {safe(job['job_id'])} ({_job_class(job)}, {_gpus(job)} GPU, tenant "
                     f"{safe(job['tenant'])}): {safe(job['phase'])}",
                     highlight=False,
                 )
-            if wait_end:
+            if wait_end:  # with --json, the job as it ended is printed
                 _await(api, job["job_id"], None, as_json)
+            if not no_check:
+                job = _check_submitted(api, job, as_json)
+            if as_json:
+                _print_json(job)
+            if job["phase"] in ENDED_PHASES and job["phase"] != "finished":
+                sys.exit(WAIT_FAILED)
+
+
+def _check_submitted(api: Client, job: JobJson, as_json: bool) -> JobJson:
+    """The job after :data:`SUBMIT_CHECK_S` seconds, or sooner if it ended: a command that fails at once (a typo,
+    a missing file) is then seen here, not later in ``corral logs``. If it ended other than finished, says how
+    on stderr (stdout keeps the id alone, for ``ID=$(corral submit ...)``), as ``corral wait`` does."""
+    from corral.live.client import ClientError
+
+    try:
+        job = api.wait(job["job_id"], timeout_s=SUBMIT_CHECK_S)
+    except ClientError as e:  # the job was submitted all the same: not a failed submission
+        err_console.print(f"warning: could not check on job {safe(job['job_id'])}: {safe(e)}", highlight=False)
+        return job
+    except KeyboardInterrupt:
+        if as_json:
+            _print_json(job)
+        err_console.print(f"stopped checking; job {safe(job['job_id'])} goes on", highlight=False)
+        sys.exit(WAIT_INTERRUPTED)
+    if not as_json and job["phase"] in ENDED_PHASES and job["phase"] != "finished":
+        _tell_outcome(api, job, SUBMIT_CHECK_S, err=True)
+    return job
 
 
 # -- listing and details ----------------------------------------------------------------------------------------
@@ -584,7 +680,13 @@ def _when(t: float | None) -> str:
 @click.option(
     "--phase", "phases", multiple=True, help="Only jobs in this phase (repeat): pending, running, finished, ..."
 )
-@click.option("--all", "show_all", is_flag=True, help="Every job, ended ones too (default: pending and running).")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Every job, ended ones too (default: pending and running, then those that failed or were rejected in the "
+    f"last {RECENT_FAILURES_S // 60} minutes).",
+)
 @click.option(
     "--limit",
     type=click.IntRange(min=1, max=1000),
@@ -606,16 +708,21 @@ def jobs(
     as_json: bool,
     **client: Any,
 ) -> None:
-    """List jobs (by default the pending and running ones), a page at a time."""
+    """List jobs (by default the pending and running ones, then those that failed or were rejected in the last
+    10 minutes), a page at a time."""
     with _errors():
         wanted: Sequence[str] | None = phases or (None if show_all else ACTIVE_PHASES)
+        # The default view also shows what failed lately: a job that fails at once is never pending or running
+        # long enough to be seen there.
+        recent = not phases and not show_all and cursor is None and not as_json
         with make_client(**client) as api:
             page = api.jobs_page(tenant=tenant, phases=wanted, limit=limit, cursor=cursor, newest_first=newest)
+            now = time.time()
+            failures = _recent_failures(api, tenant, now) if recent else []
         if as_json:
             _print_json(page)
             return
         found = page["jobs"]
-        now = time.time()
         what = "all jobs" if wanted is None else f"{', '.join(safe(w) for w in wanted)} jobs"
         shown = f"{page['total']:,}" if len(found) == page["total"] else f"{len(found):,} of {page['total']:,}"
         table = Table(title=f"{what}: {shown}{' (newest first)' if newest else ''}")
@@ -639,6 +746,40 @@ def jobs(
         if page["next_cursor"] is not None:
             table.caption = f"next page: the same command with --cursor {safe(page['next_cursor'])}"
         console.print(table)
+        if failures:
+            console.print(_failure_table(failures, now))
+
+
+def _recent_failures(api: Client, tenant: str | None, now: float) -> list[JobJson]:
+    """The jobs that failed or were rejected in the last :data:`RECENT_FAILURES_S` seconds, the latest first.
+
+    The API filters by phase, not by end time, and pages in submission order: this reads the
+    :data:`RECENT_FAILURES_SCAN` failed jobs submitted last and keeps those that ended lately (an older job that
+    failed lately behind as many newer failures is not shown: ``corral jobs --phase failed`` lists them all)."""
+    page = api.jobs_page(tenant=tenant, phases=FAILED_PHASES, limit=RECENT_FAILURES_SCAN, newest_first=True)
+    since = now - RECENT_FAILURES_S
+    found = [j for j in page["jobs"] if j["end_s"] is not None and j["end_s"] >= since]
+    return sorted(found, key=lambda j: j["end_s"] or 0.0, reverse=True)
+
+
+def _failure_table(failures: Sequence[JobJson], now: float, most: int = 10) -> Table:
+    minutes = RECENT_FAILURES_S // 60
+    why = "why: corral job ID, corral logs ID"
+    table = Table(title=f"[bold red]failed or rejected in the last {minutes} minutes: {len(failures)}[/]", caption=why)
+    for col in ("id", "name", "tenant", "phase", "ended", "reason"):
+        table.add_column(col)
+    for job in failures[:most]:
+        table.add_row(
+            safe(job["job_id"]),
+            safe(job["name"] or ""),
+            safe(job["tenant"]),
+            _phase(job["phase"]),
+            f"{_duration(now - (job['end_s'] or now))} ago",
+            safe(job["reason"] or ""),
+        )
+    if len(failures) > most:
+        table.caption = f"{len(failures) - most} more: corral jobs --phase failed,rejected --newest; {why}"
+    return table
 
 
 @click.command()
@@ -795,13 +936,7 @@ def _await(api: Client, job_id: str, timeout_s: float | None, as_json: bool) -> 
         if as_json:
             _print_json(job)
         else:
-            click.echo(_outcome(job, timeout_s))
-            if job["phase"] == "failed":
-                tail = _log_tail(api, job_id)
-                if tail:
-                    click.echo(f"its log ends with (all of it: corral logs {visible(job_id)}):")
-                    sys.stdout.write(tail)  # the job's own output, as `corral logs` prints it
-                    sys.stdout.flush()
+            _tell_outcome(api, job, timeout_s)
     except KeyboardInterrupt:
         err_console.print(
             f"stopped waiting; job {safe(job_id)} goes on (corral cancel {safe(job_id)} stops it)", highlight=False
@@ -809,6 +944,19 @@ def _await(api: Client, job_id: str, timeout_s: float | None, as_json: bool) -> 
         sys.exit(WAIT_INTERRUPTED)
     phase = job["phase"]
     sys.exit(0 if phase == "finished" else WAIT_FAILED if phase in ENDED_PHASES else WAIT_TIMED_OUT)
+
+
+def _tell_outcome(api: Client, job: JobJson, timeout_s: float | None, *, err: bool = False) -> None:
+    """Print how the job ended (or what it still does at the timeout) and, for a failed job, the end of its log;
+    on stderr with ``err``."""
+    click.echo(_outcome(job, timeout_s), err=err)
+    if job["phase"] == "failed":
+        tail = _log_tail(api, job["job_id"])
+        if tail:
+            click.echo(f"its log ends with (all of it: corral logs {visible(job['job_id'])}):", err=err)
+            out = sys.stderr if err else sys.stdout
+            out.write(tail)  # the job's own output, as `corral logs` prints it
+            out.flush()
 
 
 def _outcome(job: JobJson, timeout_s: float | None) -> str:

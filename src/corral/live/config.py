@@ -26,11 +26,14 @@ Example ``corral.toml``::
     token_env = "CORRAL_TOKEN_NLP"
     run_as = "nlp-jobs"         # run its jobs as this Unix user (corral serve must run as root)
 
-Keys of ``[server]``: ``host``, ``port`` (1..65535), ``policy``, ``gpus`` (stand-in GPUs, 1..4096),
-``stand_in_mem_mib``, ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or ``admin_token_env``,
-``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster; see ``docs/live.md``,
-"Many machines"), ``checkpoint_dir`` (with Ray: a directory every node shares) and ``metrics_token`` (``true``:
-``GET /metrics`` needs the admin token; default ``false``).
+Keys of ``[server]``: ``host``, ``port`` (1..65535), ``policy`` (any policy but those that order jobs by their
+duration, SJF and SRTF: a live job has none, so they would reject every job; refused at start-up), ``gpus``
+(stand-in GPUs, 1..4096), ``stand_in_mem_mib`` (the memory of each stand-in GPU, default 16384; also that of the
+stand-ins of a Ray node without NVML), ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or
+``admin_token_env``, ``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster;
+see ``docs/live.md``, "Many machines"), ``ray_expect`` (with Ray: nodes that may join later), ``checkpoint_dir``
+(with Ray: a directory every node shares) and ``metrics_token`` (``true``: ``GET /metrics`` needs the admin
+token; default ``false``).
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -506,9 +509,37 @@ def _check_policy(spec: str, file: str, key: str) -> None:
     from corral.policies.registry import make_policy  # imports every policy module: only when serving
 
     try:
-        make_policy(spec)
+        policy = make_policy(spec)
     except ConfigError as e:
         raise ConfigFileError(str(e), file=file, column=key, expected="a policy spec (see `corral policies`)") from None
+    if policy.needs_durations:  # SJF, SRTF; Themis estimates a job without one from the time it has run
+        # It would start, then reject every job at submission ("needs job durations (an oracle)"): say so now.
+        raise ConfigFileError(
+            f"{policy.name} orders jobs by their duration, which only a trace gives (an oracle); a live job has "
+            "none, so it would reject every job",
+            file=file,
+            column=key,
+            expected=f"a policy that needs no durations: {_policies_without_durations()}",
+            got=spec,
+        )
+
+
+def _policies_without_durations() -> str:
+    """The registered policies that run live jobs, Tiresias first (it approximates shortest-job-first without
+    knowing durations), for the message that refuses one that does not."""
+    from corral.policies.registry import make_policy, policy_names
+
+    usable = []
+    for name in policy_names():
+        try:
+            if not make_policy(name).needs_durations:
+                usable.append(name)
+        except ConfigError:  # a registered policy that needs options to be built: not one to suggest bare
+            continue
+    if "tiresias" in usable:
+        usable.remove("tiresias")
+        usable.insert(0, "tiresias (shortest-job-first without knowing durations: least attained service first)")
+    return ", ".join(usable)
 
 
 def _check_config_values(values: Mapping[str, Any], file: str) -> None:

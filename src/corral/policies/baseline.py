@@ -181,6 +181,7 @@ class SjfConfig(QueueConfig):
 
 class SjfPolicy(QueuePolicy):
     name = "sjf"
+    needs_durations = True
     summary = "shortest job first by trace duration (oracle); non-preemptive"
     Config = SjfConfig
 
@@ -205,6 +206,7 @@ def _remaining(job: JobView) -> float:
 
 class SrtfPolicy(BasePolicy):
     name = "srtf"
+    needs_durations = True
     summary = "shortest remaining time first by trace duration (oracle); preemptive"
     Config = SrtfConfig
 

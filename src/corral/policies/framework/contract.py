@@ -70,6 +70,9 @@ class BasePolicy:
     needs_models: ClassVar[bool] = False
     # Does the policy read telemetry (``JobView.telemetry``)? The simulator then models and reports it.
     needs_telemetry: ClassVar[bool] = False
+    # Does the policy need every job's duration (an oracle: SJF, SRTF)? It rejects a job without one, so it cannot
+    # run live jobs, which have none; ``corral serve`` refuses it at start-up.
+    needs_durations: ClassVar[bool] = False
 
     def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
         self.config = config if config is not None else self.Config()
