@@ -122,7 +122,7 @@ def test_bad_rows_stop_the_run_with_file_line_and_column(tmp_path: Path, row: st
         assert piece in flat, (piece, out)
     code, out = invoke(*args, "--skip-invalid")
     assert code == 0, out
-    assert "skipped 1 rows" in " ".join(out.split())
+    assert "skipped 1 row: 1 " in " ".join(out.split())  # issue 18: one row, not "1 rows"
 
 
 @pytest.mark.parametrize(
@@ -283,3 +283,79 @@ def test_trace_with_an_offset_timestamp_off_the_calendar(tmp_path: Path) -> None
     )  # fmt: skip
     assert code == 2, out
     assert f"{trace}:3: ts is out of range" in " ".join(out.split())
+
+
+# -- issue 18, "a first hour without surprises" (the library side: tests/sim/test_first_hour_replay.py) ---------
+HPSEARCH = str(Path(__file__).resolve().parents[2] / "examples" / "hpsearch.csv")
+
+
+def test_record_decisions_without_out_is_a_usage_error() -> None:
+    # The decisions go only to OUT/decisions.log: without --out they were recorded and silently dropped.
+    code, out = invoke(
+        "simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "n32g4", "--record-decisions",
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 2, out
+    assert "--record-decisions needs --out" in out and "Usage:" in out
+    assert "avg_jct_s" not in out  # refused before the replay, not after
+
+
+def test_rejected_jobs_are_shown_with_their_reasons(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    big = "".join(f"big{i},1,10,{64 + i}\n" for i in range(7))
+    trace.write_text("job_id,submit_s,duration_s,num_gpus\na,0,10,1\n" + big)
+    code, out = invoke("simulate", "--trace", str(trace), "--format", "csv", "--cluster", "2x4", "--no-progress")
+    assert code == 0, out
+    lines = out.splitlines()
+    start = lines.index("rejected 7 jobs that can never run here (--out writes every reason to jobs.csv):")
+    assert lines[start + 1 : start + 7] == [
+        *(f"  big{i}: needs {64 + i} GPUs; the cluster has at most 8 of one type" for i in range(5)),
+        "  and 2 more",
+    ]
+    # compare: once for all the policies when they rejected the same jobs, and with --out it says where.
+    code, out = invoke(
+        "compare", "--trace", str(trace), "--format", "csv", "--cluster", "2x4", "--policy", "fifo",
+        "--policy", "sjf", "--out", str(tmp_path / "out"), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, out
+    assert out.count("rejected 7 jobs that can never run here (every reason is in jobs.csv):") == 1
+    code, out = invoke("simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "n32g4", "--no-progress")
+    assert code == 0 and "rejected" not in out
+
+
+def test_a_trace_with_corrals_own_column_names_needs_no_columns() -> None:
+    code, out = invoke("simulate", "--trace", HPSEARCH, "--format", "csv", "--cluster", "2x8", "--no-progress")
+    assert code == 0, out
+    assert "48 jobs on 2x8" in out
+
+
+def test_a_trace_without_corrals_names_or_columns_is_a_clean_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,t,d,g\na,0,10,1\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--format", "csv", "--cluster", "2x4", "--no-progress")
+    assert code == 2, out
+    flat = " ".join(out.split())
+    assert f"{trace}:1: the header lacks columns job_id, submit_s, duration_s, num_gpus" in flat
+    assert "--columns id=COL" in flat and "got 'id,t,d,g'" in flat
+
+
+def test_every_bad_row_is_shown_in_one_run(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,t,d,g\na,0,10,1\nb,5,-3,1\nc,5,10,0\nd,6,10,1\ne,x,10,1\n")
+    code, out = invoke(
+        "simulate", "--trace", str(trace), "--format", "csv", "--columns", "id=id,submit=t,duration=d,gpus=g",
+        "--cluster", "2x4", "--no-progress",
+    )  # fmt: skip
+    assert code == 2, out
+    for line in (3, 4, 6):
+        assert f"{trace}:{line}: " in out
+    assert "3 bad rows in all" in out and "--skip-invalid" in out
+
+
+def test_one_job_on_one_gpu_is_said_so(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,num_gpus\na,0,10,1\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--format", "csv", "--cluster", "1x1", "--no-progress")
+    assert code == 0, out
+    assert "1 job on 1x1 (1 GPU)" in out
+    assert "csv: 1 job read" in out

@@ -9,6 +9,7 @@ import pytest
 
 from corral.core.cluster import Cluster, Topology, TopologyLevel
 from corral.core.errors import ClusterSpecError, ConfigError
+from corral.core.wording import plural
 from corral.sim.clusters import (
     BUILTIN_GPU_TYPES,
     describe_cluster,
@@ -669,7 +670,7 @@ def test_philly_vc_quotas_too_small_a_cluster() -> None:
 def test_equal_quotas(cluster: str, spec: str, tenants: list[str], each: int) -> None:
     c = with_quotas(load_cluster(cluster), spec, tenants)
     assert quotas(c) == {name: each for name in sorted(set(tenants))}
-    assert f"promised to {len(set(tenants))} tenants" in describe_quotas(c, spec, tenants)
+    assert f"promised to {plural(len(set(tenants)), 'tenant')}:" in describe_quotas(c, spec, tenants)
 
 
 def test_equal_quotas_replace_the_clusters_tenants() -> None:

@@ -352,7 +352,7 @@ def test_cli_simulate_with_a_failure_file(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["node_failures"] == 1 and summary["jobs_finished"] == 60
     assert summary["jobs_requeued_by_failures"] >= 1
-    assert f"node failures from {path}: 1 losses, 1 returns" in summary["trace_notes"]
+    assert f"node failures from {path}: 1 loss, 1 return" in summary["trace_notes"]
 
 
 def test_cli_simulate_with_failures_drawn_at_a_rate() -> None:

@@ -2,8 +2,10 @@
 
 Commands:
 
-- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, ``--out`` files; nodes
-  lost and back with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`).
+- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, then the trace's notes
+  and the jobs rejected as never runnable (count, the first few with their reasons); ``--out`` files
+  (``--record-decisions`` adds ``decisions.log`` there, and is refused without ``--out``); nodes lost and back
+  with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`).
 - ``corral compare``: several policies on the same trace and cluster, side by side.
 - ``corral policies``: every policy and its options (from the policies' config dataclasses).
 - ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
@@ -35,7 +37,9 @@ from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_liv
 from corral.core.cluster import Cluster
 from corral.core.errors import ConfigError
 from corral.core.events import NodeLost
+from corral.core.job import JobPhase
 from corral.core.options import build_config, config_fields, type_label
+from corral.core.wording import plural
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
 from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
 from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
@@ -216,7 +220,9 @@ def _node_events(kw: dict[str, Any], trace: Trace, cluster: Cluster) -> NodeEven
     if path is not None:
         events = read_node_failures(path, cluster)
         lost = sum(1 for _, e in events if isinstance(e, NodeLost))
-        trace.notes.append(f"node failures from {path}: {lost} losses, {len(events) - lost} returns")
+        trace.notes.append(
+            f"node failures from {path}: {plural(lost, 'loss', 'losses')}, {plural(len(events) - lost, 'return')}"
+        )
         return lambda: events
     if rate_text is not None:
         rate = parse_failure_rate(rate_text)
@@ -224,8 +230,8 @@ def _node_events(kw: dict[str, Any], trace: Trace, cluster: Cluster) -> NodeEven
         start = trace.jobs[0].submit_s if trace.jobs else 0.0
         seed = kw["seed"]
         trace.notes.append(
-            f"node failures drawn for {len(names)} nodes: mean {rate.mtbf_h:g} h up, {rate.repair_h:g} h down, "
-            f"seed {rate.seed if rate.seed is not None else seed}"
+            f"node failures drawn for {plural(len(names), 'node')}: mean {rate.mtbf_h:g} h up, {rate.repair_h:g} h"
+            f" down, seed {rate.seed if rate.seed is not None else seed}"
         )
         return lambda: random_node_failures(names, rate, start_s=start, seed=seed)
     return None
@@ -243,7 +249,7 @@ def _load(kw: dict[str, Any], policy_specs: Sequence[str]) -> tuple[Trace, Clust
     failures = _node_events(kw, trace, cluster)
     if trace.skipped_total:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items()))
-        err_console.print(f"skipped {trace.skipped_total} rows: {reasons}", highlight=False)
+        err_console.print(f"skipped {plural(trace.skipped_total, 'row')}: {reasons}", highlight=False, markup=False)
     return trace, cluster, perf, failures
 
 
@@ -283,6 +289,36 @@ def _run(
     return result
 
 
+# How many rejected jobs are shown on screen, each with its reason, before the rest are only counted.
+_REJECTED_SHOWN = 5
+
+
+def _rejected_lines(result: SimulationResult, to_file: bool) -> list[str]:
+    """What to print about the jobs the replay rejected (jobs that can never run on this cluster), so that they
+    are seen without opening ``jobs.csv``: their count, the first few with their reasons, how many more."""
+    rejected = [j for j in result.jobs if j.phase is JobPhase.REJECTED]
+    if not rejected:
+        return []
+    where = "every reason is in jobs.csv" if to_file else "--out writes every reason to jobs.csv"
+    lines = [f"rejected {plural(len(rejected), 'job')} that can never run here ({where}):"]
+    lines += [f"  {j.job_id}: {j.reason or 'no reason given'}" for j in rejected[:_REJECTED_SHOWN]]
+    if len(rejected) > _REJECTED_SHOWN:
+        lines.append(f"  and {len(rejected) - _REJECTED_SHOWN:,} more")
+    return lines
+
+
+def _print_rejected(results: Sequence[SimulationResult], labels: Sequence[str], to_file: bool) -> None:
+    """The rejected jobs of each replay; once for all when every policy rejected the same jobs for the same
+    reasons (admission usually depends on the cluster alone)."""
+    seen = [[(j.job_id, j.reason) for j in r.jobs if j.phase is JobPhase.REJECTED] for r in results]
+    shown = [(results[0], "")] if all(s == seen[0] for s in seen) else list(zip(results, labels, strict=True))
+    for result, label in shown:
+        for i, line in enumerate(_rejected_lines(result, to_file)):
+            # Job ids and reasons are text, not markup: a "[...]" in them is shown as is.
+            text = f"{label}: {line}" if label and not i else line
+            err_console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 def _fmt(key: str, value: Any) -> str:
     if isinstance(value, float):
         if key.endswith("_s"):
@@ -314,20 +350,24 @@ def cli() -> None:
     type=click.Path(file_okay=False),
     help="Write summary.json, jobs.csv, tenants.csv, utilization.csv here.",
 )
-@click.option("--record-decisions", is_flag=True, help="Also write every decision to decisions.log (needs --out).")
+@click.option(
+    "--record-decisions", is_flag=True, help="Also write every decision to OUT/decisions.log (needs --out OUT)."
+)
 def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, **kw: Any) -> None:
     """Replay a trace on a cluster under one policy.
 
     Nodes can fail during the replay (--node-failures FILE, or --node-failure-rate mtbf_h=H,repair_h=H): the jobs
     on a lost node restart elsewhere from their last checkpoint, and the summary counts node_failures,
     jobs_requeued_by_failures, lost_work_gpu_h and down_gpu_h."""
+    if record_decisions and out_dir is None:
+        # The log goes only to OUT/decisions.log: without --out it would be recorded (slowly) and then dropped.
+        raise click.UsageError("--record-decisions needs --out OUT: the decisions are written to OUT/decisions.log")
     with _errors():
         trace, cluster, perf, failures = _load(kw, [policy_spec])
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
-        record = record_decisions and out_dir is not None
-        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record, failures)
+        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record_decisions, failures)
         table = Table(
-            title=f"{len(trace):,} jobs on {cluster.name} ({result.num_gpus:,} GPUs)",
+            title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(result.num_gpus, 'GPU')})",
             caption=result.policy,
         )
         table.add_column("metric")
@@ -337,7 +377,8 @@ def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, 
         table.add_row("wall time (s)", f"{result.wall_s:.2f}")
         console.print(table)
         for note in trace.notes:
-            err_console.print(f"note: {note}", highlight=False)
+            err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
+        _print_rejected([result], [policy_spec], to_file=out_dir is not None)
         if out_dir:
             paths = write_results(result, out_dir)
             err_console.print(f"wrote {', '.join(p.name for p in paths)} to {out_dir}", highlight=False)
@@ -364,7 +405,7 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
         trace, cluster, perf, failures = _load(kw, policies)
         show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
         results = [_run(trace, cluster, perf, spec, kw["seed"], show, False, failures) for spec in policies]
-        table = Table(title=f"{len(trace):,} jobs on {cluster.name} ({results[0].num_gpus:,} GPUs)")
+        table = Table(title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})")
         table.add_column("metric")
         for spec in policies:
             table.add_column(spec, justify="right", overflow="fold")
@@ -373,7 +414,8 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
         table.add_row("wall time (s)", *(f"{r.wall_s:.2f}" for r in results))
         console.print(table)
         for note in trace.notes:
-            err_console.print(f"note: {note}", highlight=False)
+            err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
+        _print_rejected(results, policies, to_file=out_dir is not None)
         if out_dir:
             for spec, result in zip(policies, results, strict=True):
                 write_results(result, Path(out_dir) / _slug(spec))

@@ -34,6 +34,7 @@ from corral.core.cluster import Cluster, GpuType, NodeSpec
 from corral.core.errors import ClusterSpecError, ConfigError, TomlError
 from corral.core.tenant import Tenant
 from corral.core.toml import decode_toml, parse_toml
+from corral.core.wording import plural
 from corral.workloads.data import data_dir, data_file
 
 __all__ = [
@@ -972,7 +973,7 @@ def describe_cluster(cluster: Cluster) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"GPU type {t.name}",
-                f"{gpus_by_type[t.name]:,} GPUs on {nodes_by_type[t.name]:,} nodes; "
+                f"{plural(gpus_by_type[t.name], 'GPU')} on {plural(nodes_by_type[t.name], 'node')}; "
                 f"{t.mem_mib:,} MiB; speed {t.speed:g}",
             )
         )
@@ -980,7 +981,7 @@ def describe_cluster(cluster: Cluster) -> list[tuple[str, str]]:
         (
             "node shapes",
             ", ".join(
-                f"{n:,} node{'' if n == 1 else 's'} of {g} x {t}"
+                f"{plural(n, 'node')} of {g} x {t}"
                 for (g, t), n in sorted(shapes.items(), key=lambda kv: (-kv[1], kv[0]))
             ),
         )
@@ -989,11 +990,13 @@ def describe_cluster(cluster: Cluster) -> list[tuple[str, str]]:
     if not cluster.tenants:
         rows.append(("tenants", "none"))
     else:
-        shown = [t.name if t.quota_gpus is None else f"{t.name} ({t.quota_gpus:,} GPUs)" for t in cluster.tenants]
+        shown = [
+            t.name if t.quota_gpus is None else f"{t.name} ({plural(t.quota_gpus, 'GPU')})" for t in cluster.tenants
+        ]
         if len(shown) > 12:
             shown = [*shown[:12], f"and {len(shown) - 12:,} more"]
         quotas = [t.quota_gpus for t in cluster.tenants if t.quota_gpus is not None]
-        total = f"; quotas total {sum(quotas):,} GPUs" if quotas else "; no quotas"
+        total = f"; quotas total {plural(sum(quotas), 'GPU')}" if quotas else "; no quotas"
         rows.append(("tenants", f"{len(cluster.tenants):,}{total}: {', '.join(shown)}"))
     return rows
 
@@ -1130,7 +1133,8 @@ def describe_quotas(cluster: Cluster, spec: str, tenants_in_trace: Sequence[str]
     if len(shown) > 20:
         shown = [*shown[:20], f"and {len(shown) - 20:,} more"]
     note = (
-        f"quotas {how}: {total:,} of {cluster.num_gpus:,} GPUs promised to {len(quotas):,} tenants: {', '.join(shown)}"
+        f"quotas {how}: {total:,} of {plural(cluster.num_gpus, 'GPU')} promised to {plural(len(quotas), 'tenant')}:"
+        f" {', '.join(shown)}"
     )
     with_quota = {t.name for t in quotas}
     without = sorted(present - with_quota)

@@ -46,7 +46,9 @@ Measured use, for every policy: each GPU's SM use (its jobs' SM busy fractions t
 most 1) and memory in use (their mean footprint over a mini-batch, within their caps) are kept as sums over the
 cluster and integrated over time, with change points for plots. Per job, the executor adds up the seconds it ran
 (``run_s``, after any start-up cost) and the seconds the same progress would have taken alone on the same GPUs
-(``solo_s``): ``run_s / solo_s`` is its slowdown from sharing.
+(``solo_s``): ``run_s / solo_s`` is its slowdown from sharing. It also adds up the progress each job made on
+GPUs of each speed (:meth:`BoundPerfModel.speed`), from which :meth:`SimExecutor.job_speeds` gives the speed a
+job's time alone runs at in its finish-time fairness (:mod:`corral.sim.metrics`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class _Run:
         "placement",
         "profile",
         "run_s",
+        "seg_done_s",
         "solo_s",
         "spec",
         "spill",
@@ -120,6 +123,7 @@ class _Run:
         self.batch: int | None = None  # batch size it trains at (None: its model's reference)
         self.demand = 1.0  # the demand change applied to its profile so far (1.0: none yet)
         self.checkpoint_s = done_s  # progress of the last explicit checkpoint (the one it started from)
+        self.seg_done_s = done_s  # progress when it last took its GPUs (a migration moves it to others)
 
     def seat(self, placement: Placement, spill_penalty: float) -> None:
         """Take ``placement``'s share and caps into account (its own throttles; partners are the executor's)."""
@@ -171,6 +175,7 @@ class SimExecutor:
         "_sm_sum",
         "_suspended_checkpoint",
         "job_times",
+        "job_work_by_speed",
         "lost_work_gpu_s",
         "perf",
         "telemetry",
@@ -199,6 +204,8 @@ class SimExecutor:
         self.timeline_sm: array[float] = array("d")  # SM-busy GPUs (sum of fractions) from each change on
         self.timeline_mem_mib: array[float] = array("d")
         self.job_times: dict[str, list[float]] = {}  # job -> [run_s, solo_s] over all its runs
+        # job -> {GPU speed: progress made there}, for the jobs that made progress off speed 1.0 (the rest: 1.0)
+        self.job_work_by_speed: dict[str, dict[float, float]] = {}
         # Suspended jobs: the explicit checkpoint of the run they were suspended from (see the module docstring).
         self._suspended_checkpoint: dict[str, float] = {}
         self.lost_work_gpu_s = 0.0  # work lost to node losses, progress seconds x GPUs
@@ -382,6 +389,19 @@ class SimExecutor:
         return run.event is event if type(event) is JobFinished else run.demand_event is event
 
     # -- measured use -----------------------------------------------------------------------------------------
+    def job_speeds(self) -> dict[str, float]:
+        """Per job that made progress off speed 1.0, the GPU speed it made it at: its GPU type's speed, or, for a
+        job that ran on types of several speeds, their harmonic mean weighted by the progress made on each (so
+        that duration / speed is the sum over types of progress / speed: the time its work takes alone on the GPUs
+        it got). A job not listed ran at speed 1.0."""
+        speeds = {}
+        for job_id, works in self.job_work_by_speed.items():
+            if len(works) == 1:
+                speeds[job_id] = next(iter(works))  # exact: no rounding for the common case of one type
+            else:
+                speeds[job_id] = sum(works.values()) / sum(w / v for v, w in works.items())
+        return speeds
+
     def usage_areas(self, until_s: float) -> tuple[float, float]:
         """``(SM-busy GPU x s, memory-in-use MiB x s)`` integrated over the cluster up to ``until_s``."""
         last = self._last_s
@@ -413,6 +433,17 @@ class SimExecutor:
             del on[job_id]
             if not on:
                 del self._jobs_on[g]
+        progress = run.done_s - run.seg_done_s
+        if progress > 0:
+            speed = self.perf.speed(run.placement.gpus[0])  # a gang's GPUs are of one type
+            works = self.job_work_by_speed.get(job_id)
+            if works is None and speed != 1.0:
+                # Kept only for jobs that ran off speed 1.0 (a million-job replay on one GPU type keeps nothing):
+                # all its progress so far was at 1.0.
+                works = self.job_work_by_speed[job_id] = {1.0: run.seg_done_s} if run.seg_done_s > 0 else {}
+            if works is not None:
+                works[speed] = works.get(speed, 0.0) + progress
+        run.seg_done_s = run.done_s
         if not keep_times:
             times = self.job_times.get(job_id)
             if times is None:

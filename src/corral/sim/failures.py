@@ -42,6 +42,7 @@ from pathlib import Path
 from corral.core.cluster import Cluster
 from corral.core.errors import ConfigError, InputError
 from corral.core.events import NodeJoined, NodeLost
+from corral.core.wording import plural
 
 NodeEvent = NodeLost | NodeJoined
 NodeEvents = Iterator[tuple[float, NodeEvent]]
@@ -105,7 +106,7 @@ def read_node_failures(path: str | Path, cluster: Cluster) -> list[tuple[float, 
             continue
         if len(row) != len(header):
             raise InputError(
-                f"the row has {len(row)} fields but the header has {len(header)} columns",
+                f"the row has {plural(len(row), 'field')} but the header has {plural(len(header), 'column')}",
                 file=source,
                 line=line,
                 expected=f"{len(header)} comma-separated fields, as in the header: {','.join(header)}",

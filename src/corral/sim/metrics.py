@@ -24,12 +24,20 @@ Node failures (``--node-failures``, ``--node-failure-rate``; :mod:`corral.sim.fa
 Finish-time fairness (Themis, NSDI'20 §3.2), computed for every policy so that they can be compared:
 
 - ``rho`` of a finished job = JCT / T_id, its time in the shared cluster over its time alone on an equal share.
-  T_id = ``duration_s * max(1, demand / (G / N))``: ``duration_s`` is the job's run time alone (consolidated, on
-  speed-1.0 GPUs; see ``corral.sim.perf``), ``demand`` its GPUs (``num_gpus * gpu_milli / 1000``: equal to
-  ``num_gpus`` for whole-GPU jobs), ``G`` the cluster's GPUs, and ``N`` the *time-averaged* number of
-  contending jobs over the job's own lifetime [submit, end]. A job that needs no more than its 1/N share runs
-  at full speed (T_id = duration); a wider gang gets only G/N GPUs, so its ideal run stretches by
-  demand / (G/N). Themis defines N as the number of contending *apps*; here each job is an app, and a job
+  T_id = ``duration_s / v * max(1, demand / (G / N))``: ``duration_s`` is the job's work (its run time alone,
+  consolidated, on speed-1.0 GPUs; see ``corral.sim.perf``), ``v`` the speed of the GPUs it ran on (below),
+  ``demand`` its GPUs (``num_gpus * gpu_milli / 1000``: equal to ``num_gpus`` for whole-GPU jobs), ``G`` the
+  cluster's GPUs, and ``N`` the *time-averaged* number of contending jobs over the job's own lifetime
+  [submit, end]. A job that needs no more than its 1/N share runs at full speed (T_id = duration / v); a wider
+  gang gets only G/N GPUs, so its ideal run stretches by demand / (G/N).
+  ``v`` is the speed of the GPU type the job ran on, as the performance model counts it (``GpuType.speed``, or
+  1.0 for every type with ``--perf gpu_speed=false``): the time alone runs on the same GPUs as the job's own
+  runs, so a job alone on a cluster of speed-2.0 GPUs has rho 1, not 0.5, and a job is neither flattered by fast
+  GPUs nor blamed for slow ones. A job that ran on types of several speeds (preempted on one, resumed on
+  another) gets their harmonic mean weighted by the work done on each (``SimExecutor.job_speeds``): its time
+  alone splits its duration between the types as its work was split, each part at its type's speed. On a
+  cluster of speed-1.0 GPUs v = 1 exactly, and T_id is what it was before v existed.
+  Themis defines N as the number of contending *apps*; here each job is an app, and a job
   contends from its submission until it ends (pending or running; a job rejected on admission never
   contends). N is averaged because it changes while the job waits and runs: all the N are computed at once in
   O(n log n) from a sweep over submissions and ends (the contention count as a step function and its prefix
@@ -63,8 +71,8 @@ jobs' progress), computed for every policy from what the simulated executor meas
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,9 +172,10 @@ def mean_contention(submit_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
     return np.where(length > 0, avg, count[i_start] + 1.0)  # a zero-length interval's own +1 and -1 cancel
 
 
-def job_rhos(jobs: Sequence[JobStatus], num_gpus: int) -> np.ndarray:
+def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, float] | None = None) -> np.ndarray:
     """Finish-time fairness rho = JCT / T_id for each job, in order; NaN where undefined (a job that did not
-    finish, or has no positive duration). See the module docstring for T_id and N."""
+    finish, or has no positive duration). See the module docstring for T_id and N. ``speeds``: job id -> the
+    speed ``v`` of the GPUs it ran on (``SimExecutor.job_speeds``); 1.0 for a job not in it."""
     n = len(jobs)
     rho = np.full(n, np.nan)
     if not n or num_gpus <= 0:
@@ -182,7 +191,8 @@ def job_rhos(jobs: Sequence[JobStatus], num_gpus: int) -> np.ndarray:
         if job.phase is not JobPhase.FINISHED or job.end_s is None or d is None or d <= 0:
             continue
         demand = job.spec.gpu_demand_milli / FULL_GPU_MILLI
-        ideal = d * max(1.0, demand * contention[k] / num_gpus)
+        speed = speeds.get(job.spec.job_id, 1.0) if speeds else 1.0
+        ideal = d / speed * max(1.0, demand * contention[k] / num_gpus)
         rho[i] = (job.end_s - job.spec.submit_s) / ideal
     return rho
 
@@ -264,18 +274,20 @@ def summarize(
     out["jobs_requeued_by_failures"] = f.requeued
     out["lost_work_gpu_h"] = _round(f.lost_work_gpu_s / 3600.0)
     out["down_gpu_h"] = _round(f.down_gpu_s / 3600.0)
-    out.update(rho_stats(jobs, job_rhos(jobs, num_gpus)))
+    out.update(rho_stats(jobs, job_rhos(jobs, num_gpus, usage.job_speeds if usage is not None else None)))
     out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus))
     return out
 
 
-def per_tenant(jobs: Sequence[JobStatus], num_gpus: int | None = None) -> list[dict[str, Any]]:
+def per_tenant(
+    jobs: Sequence[JobStatus], num_gpus: int | None = None, speeds: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """One row per tenant, by name. With ``num_gpus`` (the cluster's, needed for T_id), also ``mean_rho`` and
-    ``max_rho`` over the tenant's finished jobs (0.0 when none finished)."""
+    ``max_rho`` over the tenant's finished jobs (0.0 when none finished); ``speeds`` as for :func:`job_rhos`."""
     groups: dict[str, list[JobStatus]] = {}
     for job in jobs:
         groups.setdefault(job.spec.tenant, []).append(job)
-    fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus)) if num_gpus is not None else None
+    fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus, speeds)) if num_gpus is not None else None
     rows = []
     for tenant in sorted(groups):
         members = groups[tenant]
@@ -348,6 +360,7 @@ class Usage:
     total_mem_mib: int  # the cluster's GPU memory
     job_times: dict[str, list[float]]  # job -> [run_s, solo_s]
     tenant_areas: dict[str, tuple[int, float, float]]  # tenant with quota -> (quota GPUs, held, shortfall) milli x s
+    job_speeds: dict[str, float] = field(default_factory=dict)  # job -> speed of the GPUs it ran on (for rho)
 
 
 def job_slowdown(times: list[float] | None) -> float | None:

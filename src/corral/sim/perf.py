@@ -245,6 +245,12 @@ class BoundPerfModel:
             factor = self._noise[key] = rng.uniform(1.0 - noise, 1.0 + noise)
         return factor
 
+    def speed(self, gpu: int) -> float:
+        """The speed of ``gpu``'s type as the model counts it (1.0 for every type without ``gpu_speed``): the
+        pace :meth:`rate` starts from, and the pace of a job's time alone in its finish-time fairness
+        (:mod:`corral.sim.metrics`)."""
+        return self.topo.gpu_speed[gpu] if self.model.gpu_speed else 1.0
+
     def rate(self, spec: JobSpec, placement: Placement) -> float:
         """Progress per second (1.0 = the trace's pace)."""
         topo = self.topo

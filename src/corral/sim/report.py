@@ -70,8 +70,9 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
     written.append(path)
 
     path = out / "jobs.csv"
-    rhos = job_rhos(result.jobs, result.num_gpus).tolist()
-    times = result.usage.job_times if result.usage is not None else {}
+    usage = result.usage
+    rhos = job_rhos(result.jobs, result.num_gpus, usage.job_speeds if usage is not None else None).tolist()
+    times = usage.job_times if usage is not None else {}
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(JOB_COLUMNS)
@@ -110,7 +111,6 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
 
     bin_s, bins = utilization_bins(result.timeline_s, result.timeline_milli, result.window, result.num_gpus)
     columns = [bins]
-    usage = result.usage
     if usage is not None and result.timeline_use_s is not None:
         # The same bins, on the measured use: SM-busy GPUs x 1000 and memory as a fraction of the cluster's x G x 1000
         # (utilization_bins divides by num_gpus x 1000).

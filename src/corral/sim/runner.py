@@ -114,7 +114,7 @@ def simulate(
         if tenant.quota_gpus is not None:
             held, short = state.tenant_areas(tenant.name, win.end_s)
             areas[tenant.name] = (tenant.quota_gpus, held, short)
-    usage = Usage(sm_area, mem_area, sum(topo.gpu_mem_mib), executor.job_times, areas)
+    usage = Usage(sm_area, mem_area, sum(topo.gpu_mem_mib), executor.job_times, areas, executor.job_speeds())
     failures = Failures(
         state.node_failures,
         state.failure_requeues,
@@ -122,7 +122,7 @@ def simulate(
         state.down_gpu_area(win.start_s, win.end_s),
     )
     summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures)
-    tenants = per_tenant(jobs, topo.num_gpus)
+    tenants = per_tenant(jobs, topo.num_gpus, usage.job_speeds)
     if areas:
         tenant_quota_columns(tenants, usage, win)
     return SimulationResult(

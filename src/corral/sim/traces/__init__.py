@@ -5,7 +5,8 @@ Readers (each returns a :class:`~corral.sim.traces.Trace`, jobs sorted by submit
 - :func:`read_philly`: Microsoft Philly (ATC'19), tenant = virtual cluster;
 - :func:`read_tiresias`: the Tiresias (NSDI'19) format;
 - :func:`read_openb`: Alibaba's GPU-sharing trace (ATC'23), with fractional GPUs and QoS classes;
-- :func:`read_csv`: any CSV, with a mapping of columns (:func:`parse_columns` reads the CLI's form).
+- :func:`read_csv`: any CSV, with a mapping of columns (:func:`parse_columns` reads the CLI's form), or without
+  one when the file uses corral's own column names (``job_id,submit_s,duration_s,num_gpus``...).
 
 :func:`read_trace` picks one by name. Bad input raises :class:`~corral.core.errors.TraceError` naming the
 file, line, column and expected form; with ``skip_invalid`` bad rows are skipped and counted in
@@ -39,7 +40,8 @@ def read_trace(
 ) -> Trace:
     """Read a trace in format ``fmt`` (one of :data:`FORMATS`).
 
-    ``columns`` is for "csv" only and required there, as a mapping or in the CLI's ``id=a,submit=b,...`` form.
+    ``columns`` is for "csv" only, as a mapping or in the CLI's ``id=a,submit=b,...`` form; without it a csv file
+    is read by corral's own column names (see :mod:`corral.sim.traces.generic`).
     ``pending`` is openb's treatment of Pending pods ("drop" or "wait", see :func:`read_openb`).
     """
     if fmt not in FORMATS:
@@ -54,8 +56,6 @@ def read_trace(
         return read_tiresias(path, skip_invalid=skip_invalid)
     if fmt == "openb":
         return read_openb(path, skip_invalid=skip_invalid, pending=pending)
-    if columns is None:
-        raise ConfigError("the csv format needs columns, e.g. id=jobid,submit=ts,duration=dur,gpus=n[,tenant=vc]")
     mapping = parse_columns(columns) if isinstance(columns, str) else columns
     return read_csv(path, mapping, skip_invalid=skip_invalid)
 

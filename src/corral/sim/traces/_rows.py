@@ -4,10 +4,17 @@ Every reader in this package goes through :class:`CsvRows`, so every format repo
 :class:`~corral.core.errors.TraceError` that names the file, the 1-based line (the header is line 1, as an
 editor shows it), the column as written in the file's header, the form that was expected and the value found.
 
+Without ``skip_invalid`` bad rows are errors, all reported at once: the file is read to its end, and then one
+:class:`BadRowsError` lists the first :data:`ROWS_SHOWN` bad rows (each located as above), counts the rest by
+reason, and says that ``--skip-invalid`` would replay without them. A user with a damaged 82,000-row trace fixes
+every row in one go instead of meeting them one run at a time. The error's own ``line``, ``column``,
+``expected`` and ``got`` are the first bad row's.
+
 With ``skip_invalid`` a bad row is not an error: it is left out and tallied in :attr:`CsvRows.skipped` under a
 short reason ("bad duration", "missing cluster"), and :meth:`CsvRows.skip_note` words the tally for
 ``Trace.notes``. Errors about the file as a whole (it cannot be opened, a header column is missing) always
-raise, because no row of such a file can be trusted.
+raise at once, because no row of such a file can be trusted; so does a row the csv module cannot split (see
+:meth:`CsvRows.__iter__`), listing with it the bad rows found before it.
 
 The parsers are written for speed on the common path (one ``float()``/``int()`` call and a comparison per
 cell) because the Philly trace has 82,000 rows and a synthetic CSV may have a million; the slow work of
@@ -33,6 +40,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from corral.core.errors import JobSpecError, TraceError
 from corral.core.job import JobSpec
+from corral.core.wording import plural
 from corral.sim.clusters import MAX_GPUS
 
 if TYPE_CHECKING:
@@ -59,6 +67,13 @@ MAX_BATCH_SIZE = 1_000_000_000
 
 # How many column names a message lists before it says how many more there are: a header may be very wide.
 _NAMES_SHOWN = 12
+
+# How many bad rows one error lists, each on a line of its own, before it only counts the rest: enough to see
+# the pattern (one broken column, or damage everywhere), few enough to read on one screen.
+ROWS_SHOWN = 20
+
+# The way out that every bad-rows error offers: the CLI's option (``skip_invalid`` to the readers).
+SKIP_HINT = "or pass --skip-invalid to replay without bad rows (they are counted by reason and reported)"
 
 
 def gpus_form(minimum: int) -> str:
@@ -106,6 +121,45 @@ class BadRow(TraceError):
         super().__init__(message, file=file, line=line, column=column, expected=expected, got=got)
 
 
+class BadRowsError(TraceError):
+    """Every bad row of a file read without ``skip_invalid``, in one error (see the module docstring).
+
+    ``rows`` holds the first :data:`ROWS_SHOWN` bad rows in file order, ``total`` counts them all, ``reasons``
+    tallies them all by short reason; ``stopped`` is the error that ended the reading early (a row the csv
+    module cannot split), if one did. The located fields (``file``, ``line``, ``column``, ``expected``,
+    ``got``) and ``message`` are those of the first bad row, so code that looks at one location still sees one.
+    """
+
+    def __init__(
+        self, rows: Sequence[TraceError], total: int, reasons: Counter[str], stopped: TraceError | None = None
+    ) -> None:
+        self.rows = tuple(rows)
+        self.total = total
+        self.reasons = Counter(reasons)
+        self.stopped = stopped
+        first = self.rows[0] if self.rows else stopped
+        assert first is not None, "a BadRowsError needs a bad row"
+        super().__init__(
+            first.message, file=first.file, line=first.line, column=first.column, expected=first.expected, got=first.got
+        )
+
+    def _render(self) -> str:
+        lines = [str(row) for row in self.rows]
+        if self.stopped is not None:
+            lines.append(f"{self.stopped} (the reading stopped there)")
+        left = self.total - len(self.rows)
+        tally = ", ".join(
+            f"{reason}: {n:,}" for reason, n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        if left > 0:
+            lines.append(f"... and {plural(left, 'more bad row')} ({plural(self.total, 'bad row')} in all: {tally})")
+        elif self.total > 1:
+            lines.append(f"{plural(self.total, 'bad row')} in all ({tally})")
+        if self.total:
+            lines.append(f"fix {'it' if self.total == 1 else 'them'}, {SKIP_HINT}")
+        return "\n".join(lines)
+
+
 def sort_by_submit(jobs: list[JobSpec]) -> None:
     """Sort in place by submit time; ``list.sort`` is stable, so ties keep file order as Trace promises."""
     jobs.sort(key=_submit_key)
@@ -118,7 +172,8 @@ def _submit_key(job: JobSpec) -> float:
 class CsvRows:
     """One CSV trace file, opened for reading: a context manager that yields ``(index, cells)`` per data row.
 
-    ``required`` header columns must all be present (else a TraceError on line 1); ``optional`` ones may be.
+    ``required`` header columns must all be present (else a TraceError on line 1, with ``missing_hint`` if given:
+    how else the file could be read); ``optional`` ones may be.
     Blank lines are ignored (files often end with one). ``index`` counts non-blank data rows from 0 in file
     order, including rows that turn out bad, so ids derived from it do not shift when rows are skipped.
     :attr:`line` is the current row's line number, which the parsers put into their errors.
@@ -132,14 +187,21 @@ class CsvRows:
         required: Sequence[str],
         optional: Sequence[str] = (),
         skip_invalid: bool = False,
+        missing_hint: str | None = None,
     ) -> None:
         self.file = os.fspath(path)
         self.fmt = fmt
         self.required = tuple(required)
         self.optional = tuple(optional)
+        self.missing_hint = missing_hint  # added to the error about missing header columns
         self.skip_invalid = skip_invalid
         self.skipped: Counter[str] = Counter()
         self.examples: list[str] = []
+        # Without skip_invalid: the bad rows met so far (the first ROWS_SHOWN of them), their count and reasons.
+        self.bad_rows: list[BadRow] = []
+        self.bad_total = 0
+        self.bad_reasons: Counter[str] = Counter()
+        self._reading = False  # inside the ``with`` block: bad rows are gathered, not raised one by one
         self.line = 1
         self.header: list[str] = []
         self._columns: dict[str, int] = {}
@@ -177,13 +239,14 @@ class CsvRows:
             self.close()
             raise TraceError(
                 f"the header lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
-                f" needed by the {self.fmt} format",
+                f" needed by the {self.fmt} format" + (f" ({self.missing_hint})" if self.missing_hint else ""),
                 file=self.file,
                 line=1,
                 column=missing[0],
                 expected=self._header_form(),
                 got=",".join(header),
             )
+        self._reading = True
         return self
 
     def __exit__(
@@ -192,7 +255,13 @@ class CsvRows:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._reading = False
         self.close()
+        if exc_type is None and self.bad_total:
+            raise self._bad_rows_error()
+
+    def _bad_rows_error(self, stopped: TraceError | None = None) -> BadRowsError:
+        return BadRowsError(self.bad_rows, self.bad_total, self.bad_reasons, stopped)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -227,8 +296,12 @@ class CsvRows:
                 return
             except (csv.Error, UnicodeDecodeError) as err:
                 # The csv module cannot resynchronise after a broken record, so this stops the file even with
-                # skip_invalid: what follows could not be trusted to be split into the right rows.
-                raise TraceError(f"cannot read the row: {err}", file=self.file, line=reader.line_num) from None
+                # skip_invalid: what follows could not be trusted to be split into the right rows. The bad rows
+                # found before it are reported with it, not lost.
+                fatal = TraceError(f"cannot read the row: {err}", file=self.file, line=reader.line_num)
+                if self.bad_total:
+                    raise self._bad_rows_error(fatal) from None
+                raise fatal from None
             self.line = reader.line_num  # the physical line: right even after quoted newlines
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
@@ -254,10 +327,10 @@ class CsvRows:
         else:
             column = None
             extra = found - width
-            why = f"{extra} field{'s' if extra > 1 else ''} beyond the last column, {self.header[-1]}"
+            why = f"{plural(extra, 'field')} beyond the last column, {self.header[-1]}"
             why += " (an unquoted comma?)"
         raise self.bad(
-            f"the row has {found} field{'s' if found != 1 else ''} but the header has {width} columns: {why}",
+            f"the row has {plural(found, 'field')} but the header has {plural(width, 'column')}: {why}",
             reason="wrong number of fields",
             column=column,
             expected=f"{width} comma-separated fields, as in the header: {_names(self.header)}",
@@ -292,12 +365,16 @@ class CsvRows:
         return self.bad(str(err), reason="invalid job", line=line, expected="a valid job")
 
     def skip(self, err: BadRow) -> None:
-        """Raise ``err``, or with ``skip_invalid`` tally it and go on."""
+        """With ``skip_invalid`` tally ``err`` and go on; without, note it for the error raised at the end of the
+        file (see the module docstring), or raise it at once once the file is closed (a reader's second pass)."""
         if not self.skip_invalid:
-            # Re-raised as a plain TraceError: BadRow's tally reason is this module's business, not the caller's.
-            raise TraceError(
-                err.message, file=err.file, line=err.line, column=err.column, expected=err.expected, got=err.got
-            ) from None
+            if not self._reading:
+                raise BadRowsError([err], 1, Counter({err.reason: 1})) from None
+            self.bad_total += 1
+            self.bad_reasons[err.reason] += 1
+            if len(self.bad_rows) < ROWS_SHOWN:
+                self.bad_rows.append(err)
+            return
         self.skipped[err.reason] += 1
         if len(self.examples) < _EXAMPLES:
             self.examples.append(str(err))
@@ -309,10 +386,7 @@ class CsvRows:
             return None
         total = sum(invalid.values())
         tally = ", ".join(f"{reason}: {n:,}" for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1]))
-        return (
-            f"skipped {total:,} invalid row{'s' if total != 1 else ''} (skip_invalid) ({tally});"
-            f" first: " + " | ".join(self.examples)
-        )
+        return f"skipped {plural(total, 'invalid row')} (skip_invalid) ({tally}); first: " + " | ".join(self.examples)
 
     # -- cell parsers ----------------------------------------------------------------------------------------
     #

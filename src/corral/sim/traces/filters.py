@@ -25,6 +25,7 @@ import numpy as np
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobClass, JobSpec
+from corral.core.wording import plural
 from corral.sim.traces.trace import Trace
 from corral.workloads.models import draw_models, parse_mix
 
@@ -65,7 +66,7 @@ def window(trace: Trace, start_s: float | None = None, end_s: float | None = Non
     offset = kept[0].submit_s if kept else 0.0
     span = f"[{'' if start_s is None else f'{start_s:g}'}, {'' if end_s is None else f'{end_s:g}'}) s"
     note = (
-        f"window {span}: kept {len(kept):,} of {len(trace.jobs):,} jobs;"
+        f"window {span}: kept {len(kept):,} of {plural(len(trace.jobs), 'job')};"
         f" submit times shifted by {-offset:g} s so the first kept job arrives at 0"
     )
     return _derive(trace, _shift(kept, offset), note)
@@ -78,7 +79,7 @@ def select_tenants(trace: Trace, tenants: Iterable[str]) -> Trace:
     kept = [job for job in trace.jobs if job.tenant in wanted]
     present = {job.tenant for job in kept}
     absent = sorted(wanted - present)
-    note = f"select_tenants {', '.join(sorted(wanted))}: kept {len(kept):,} of {len(trace.jobs):,} jobs"
+    note = f"select_tenants {', '.join(sorted(wanted))}: kept {len(kept):,} of {plural(len(trace.jobs), 'job')}"
     if absent:
         note += f"; not in the trace: {', '.join(absent)}"
     return _derive(trace, kept, note)
@@ -89,7 +90,7 @@ def drop_shorter_than(trace: Trace, seconds: float) -> Trace:
     failures at start-up). Jobs of unknown duration are kept: there is nothing to say they are short."""
     kept = [job for job in trace.jobs if job.duration_s is None or job.duration_s >= seconds]
     dropped = len(trace.jobs) - len(kept)
-    note = f"drop_shorter_than {seconds:g} s: dropped {dropped:,} of {len(trace.jobs):,} jobs"
+    note = f"drop_shorter_than {seconds:g} s: dropped {dropped:,} of {plural(len(trace.jobs), 'job')}"
     return _derive(trace, kept, note)
 
 
@@ -100,7 +101,7 @@ def sample(trace: Trace, fraction: float, seed: int) -> Trace:
         raise ConfigError(f"sample: fraction must be in [0, 1], got {fraction!r}")
     keep = np.random.default_rng(seed).random(len(trace.jobs)) < fraction
     kept = [job for job, k in zip(trace.jobs, keep.tolist(), strict=True) if k]
-    note = f"sample {fraction:g} (seed {seed}): kept {len(kept):,} of {len(trace.jobs):,} jobs"
+    note = f"sample {fraction:g} (seed {seed}): kept {len(kept):,} of {plural(len(trace.jobs), 'job')}"
     return _derive(trace, kept, note)
 
 
@@ -124,7 +125,7 @@ def head(trace: Trace, n: int) -> Trace:
     if n < 0:
         raise ConfigError(f"head: n must be >= 0, got {n!r}")
     kept = trace.jobs[:n]
-    note = f"head {n:,}: kept the first {len(kept):,} of {len(trace.jobs):,} jobs"
+    note = f"head {n:,}: kept the first {len(kept):,} of {plural(len(trace.jobs), 'job')}"
     return _derive(trace, kept, note)
 
 
@@ -143,7 +144,7 @@ def assign_models(trace: Trace, mix: str, seed: int) -> Trace:
     counts = Counter(drawn)
     shown = ", ".join(f"{name} {counts[name]:,}" for name in sorted(counts))
     note = (
-        f"models: {len(missing):,} of {len(jobs):,} jobs had none and were given one drawn from "
+        f"models: {len(missing):,} of {plural(len(jobs), 'job')} had none and were given one drawn from "
         f"{'the default mix' if mix.strip().lower() == 'default' else repr(mix)} (seed {seed}): {shown}"
     )
     return _derive(trace, jobs, note)
@@ -181,8 +182,8 @@ def assign_tenants(trace: Trace, count: int, seed: int) -> Trace:
     counts = Counter(drawn)
     shown = ", ".join(f"{names[k]} {counts[k]:,}" for k in range(count))
     note = (
-        f"tenants: {len(missing):,} of {len(jobs):,} jobs had tenant {DEFAULT_TENANT!r} and were given one of"
-        f" {count} tenants drawn with Zipf weights 1/rank (seed {seed}): {shown}"
+        f"tenants: {len(missing):,} of {plural(len(jobs), 'job')} had tenant {DEFAULT_TENANT!r} and were given one of"
+        f" {plural(count, 'tenant')} drawn with Zipf weights 1/rank (seed {seed}): {shown}"
     )
     return _derive(trace, jobs, note)
 
@@ -209,7 +210,8 @@ def make_opportunistic(trace: Trace, fraction: float, seed: int) -> Trace:
             changed += 1
     guaranteed = len(jobs) - already
     note = (
-        f"opportunistic {fraction:g} (seed {seed}): {changed:,} of {guaranteed:,} guaranteed jobs made"
-        f" opportunistic; {already:,} were already; now {changed + already:,} of {len(jobs):,} opportunistic"
+        f"opportunistic {fraction:g} (seed {seed}): {changed:,} of {plural(guaranteed, 'guaranteed job')} made"
+        f" opportunistic; {already:,} {'was' if already == 1 else 'were'} already; now {changed + already:,} of"
+        f" {len(jobs):,} opportunistic"
     )
     return _derive(trace, jobs, note)

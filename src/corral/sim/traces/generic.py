@@ -2,7 +2,12 @@
 
 The mapping goes from corral's field to the file's header name, as the CLI's
 ``--columns id=jobid,submit=ts,duration=dur,gpus=n,tenant=vc`` writes it (:func:`parse_columns` turns that
-string into the mapping). Fields:
+string into the mapping). Without a mapping the file is read by corral's own names (:data:`DEFAULT_COLUMNS`,
+those of :class:`~corral.core.job.JobSpec`'s fields: ``job_id,submit_s,duration_s,num_gpus`` and, where the
+header has them, ``tenant``, ``model``, ``gpu_milli``, ``job_class``, ``batch_size``), as in
+``examples/hpsearch.csv``: a file written for corral needs no ``--columns``. A header without one of the four
+required names is an error that names the missing ones, shows the header found and points to ``--columns``.
+Fields:
 
 - required: ``id`` (unique job id), ``submit``, ``duration`` (seconds, a number >= 0), ``gpus`` (an integer
   >= 1, at most 1,000,000, the most GPUs a cluster may have; "4.0" is accepted too, as pandas writes integer
@@ -25,6 +30,7 @@ from collections.abc import Mapping
 
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
+from corral.core.wording import plural
 from corral.sim.traces._rows import (
     MAX_BATCH_SIZE,
     MAX_JOB_GPUS,
@@ -41,8 +47,23 @@ REQUIRED_FIELDS = ("id", "submit", "duration", "gpus")
 OPTIONAL_FIELDS = ("tenant", "model", "gpu_milli", "job_class", "batch_size")
 FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
+# corral's own column names (JobSpec's field names), read when no mapping is given.
+DEFAULT_COLUMNS = {
+    "id": "job_id",
+    "submit": "submit_s",
+    "duration": "duration_s",
+    "gpus": "num_gpus",
+    **{f: f for f in OPTIONAL_FIELDS},
+}
+
 _CLASSES = {c.value: c for c in JobClass}
 _FORM = "id=COL,submit=COL,duration=COL,gpus=COL" + "".join(f"[,{f}=COL]" for f in OPTIONAL_FIELDS)
+_DEFAULT_HINT = (
+    "without --columns, corral's own column names are read: "
+    + ",".join(DEFAULT_COLUMNS[f] for f in REQUIRED_FIELDS)
+    + "; name the file's own with --columns "
+    + _FORM
+)
 
 
 def parse_columns(spec: str) -> dict[str, str]:
@@ -83,21 +104,33 @@ def check_columns(columns: Mapping[str, str]) -> None:
 
 def read_csv(
     path: PathArg,
-    columns: Mapping[str, str],
+    columns: Mapping[str, str] | None = None,
     *,
     skip_invalid: bool = False,
     time_format: str | None = None,
 ) -> Trace:
-    """Read a job CSV whose header names are given by ``columns`` (corral field -> header name)."""
-    check_columns(columns)
-    col = dict(columns)
-    needed = [col[f] for f in FIELDS if f in col]
+    """Read a job CSV whose header names are given by ``columns`` (corral field -> header name); without
+    ``columns``, by corral's own names (:data:`DEFAULT_COLUMNS`), the optional ones where the header has them."""
+    hint = None
+    if columns is None:
+        col = dict(DEFAULT_COLUMNS)
+        needed = [col[f] for f in REQUIRED_FIELDS]
+        optional = [col[f] for f in OPTIONAL_FIELDS]
+        hint = _DEFAULT_HINT
+    else:
+        check_columns(columns)
+        col = dict(columns)
+        # Every column the user named must be there: a mapping to a column the file lacks is a mistake.
+        needed = [col[f] for f in FIELDS if f in col]
+        optional = []
     # Pass 1 keeps tuples: timestamps are rebased on the earliest one, known only at the end.
     parsed: list[tuple[int, str, float, float, int, str, str | None, int, JobClass, int | None]] = []
     ids = IdRegistry()
     mode: str | None = None  # "seconds" or "timestamp", set by the first row whose submit value parses
     mode_line = 0
-    with CsvRows(path, fmt="csv", required=needed, skip_invalid=skip_invalid) as rows:
+    with CsvRows(
+        path, fmt="csv", required=needed, optional=optional, skip_invalid=skip_invalid, missing_hint=hint
+    ) as rows:
         c_id, c_submit, c_dur, c_gpus = (col[f] for f in REQUIRED_FIELDS)
         i_id, i_submit, i_dur, i_gpus = (rows.index(c) for c in (c_id, c_submit, c_dur, c_gpus))
         c_tenant, c_model, c_milli, c_class, c_batch = (col.get(f, "") for f in OPTIONAL_FIELDS)
@@ -227,12 +260,13 @@ def read_csv(
     del parsed
     sort_by_submit(jobs)
 
-    mapping = ", ".join(f"{f}={col[f]}" for f in FIELDS if f in col)
+    mapping = ", ".join(f"{f}={col[f]}" for f in FIELDS if f in col and rows.find(col[f]) is not None)
     if mode == "timestamp":
         clock = "submit times are timestamps, turned into seconds from the earliest (taken as UTC)"
     else:
         clock = "submit times are seconds, used as written"
-    notes = [f"csv: {len(jobs):,} jobs read with columns {mapping}; {clock}"]
+    how = "corral's own columns" if columns is None else "columns"
+    notes = [f"csv: {plural(len(jobs), 'job')} read with {how} {mapping}; {clock}"]
     skip_note = rows.skip_note()
     if skip_note:
         notes.append(skip_note)

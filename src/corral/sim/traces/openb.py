@@ -38,6 +38,7 @@ from typing import Literal
 
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
+from corral.core.wording import plural
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
 from corral.sim.traces.trace import Trace
 
@@ -105,7 +106,7 @@ def read_openb(path: PathArg, *, skip_invalid: bool = False, pending: PendingMod
     notes = []
     if cpu_only:
         skipped[CPU_ONLY] += cpu_only
-        notes.append(f"openb: dropped {cpu_only:,} CPU-only pods (num_gpu 0): corral schedules GPUs")
+        notes.append(f"openb: dropped {plural(cpu_only, 'CPU-only pod')} (num_gpu 0): corral schedules GPUs")
 
     jobs: list[JobSpec] = []
     n_pending = n_truncated = 0
@@ -143,23 +144,24 @@ def read_openb(path: PathArg, *, skip_invalid: bool = False, pending: PendingMod
     if n_pending and pending == "drop":
         skipped[PENDING] += n_pending
         notes.append(
-            f"openb: dropped {n_pending:,} Pending GPU pods: they never started within the trace, so their"
+            f"openb: dropped {plural(n_pending, 'Pending GPU pod')}: they never started within the trace, so their"
             " run time is unknown (pending='wait' keeps them with the time they existed as duration)"
         )
     elif n_pending:
         notes.append(
-            f"openb: kept {n_pending:,} Pending GPU pods with duration = deletion_time - creation_time"
+            f"openb: kept {plural(n_pending, 'Pending GPU pod')} with duration = deletion_time - creation_time"
             " (how long they existed; they never ran within the trace, so this only stands in for their"
             " run time)"
         )
     if n_truncated:
         notes.append(
-            f"openb: {n_truncated:,} Running pods were cut off at the trace's end (t={end:,.0f} s): kept with"
+            f"openb: {plural(n_truncated, 'Running pod')} {'was' if n_truncated == 1 else 'were'} cut off at the"
+            f" trace's end (t={end:,.0f} s): kept with"
             " duration = end - scheduled_time, a lower bound of their run time"
         )
     n_class = sum(1 for job in jobs if job.job_class is JobClass.OPPORTUNISTIC)
     notes.append(
-        f"openb: {len(jobs):,} GPU pods kept ({', '.join(f'{p} {n:,}' for p, n in kept_phase.items() if n)});"
+        f"openb: {plural(len(jobs), 'GPU pod')} kept ({', '.join(f'{p} {n:,}' for p, n in kept_phase.items() if n)});"
         f" duration = deletion_time - scheduled_time; {len(jobs) - n_class:,} guaranteed (qos LS, Guaranteed,"
         f" Burstable), {n_class:,} opportunistic (qos BE); one tenant ('default')"
     )

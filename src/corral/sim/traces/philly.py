@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
+from corral.core.wording import plural
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, PathArg, gpus_form, sort_by_submit
 from corral.sim.traces.trace import Trace
 
@@ -64,7 +65,8 @@ def read_philly(path: PathArg, *, skip_invalid: bool = False) -> Trace:
         start = datetime.fromtimestamp(origin, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         tenants = len({job.tenant for job in jobs})
         notes.append(
-            f"philly: {len(jobs):,} jobs in {tenants} virtual clusters (tenant = cluster); submit times are"
+            f"philly: {plural(len(jobs), 'job')} in {plural(tenants, 'virtual cluster')} (tenant = cluster);"
+            " submit times are"
             f" seconds from the earliest timestamp, {start} (timestamps taken as UTC)"
         )
     skip_note = rows.skip_note()

@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobSpec
+from corral.core.wording import plural
 from corral.sim.traces.trace import Trace
 
 Arrival = Literal["poisson", "trace"]
@@ -153,10 +154,10 @@ def _default_jobs(
             )
         ]
     notes.append(
-        f"synthetic: {n:,} jobs with Philly-like defaults: Poisson arrivals at {rate:g} jobs/hour; durations"
+        f"synthetic: {plural(n, 'job')} with Philly-like defaults: Poisson arrivals at {rate:g} jobs/hour; durations"
         f" lognormal, median {DEFAULT_MEDIAN_S:g} s, log-sd {DEFAULT_LOG_SIGMA:g}, clipped to"
         f" [{MIN_DURATION_S:g}, {DEFAULT_MAX_S:g}] s; GPU counts {DEFAULT_GPUS};"
-        f" {k} tenants with Zipf weights"
+        f" {plural(k, 'tenant')} with Zipf weights"
     )
     return jobs
 
@@ -254,9 +255,9 @@ def _like_jobs(
                 )
             )
     notes.append(
-        f"synthetic: {n:,} jobs shaped like {like.source}: each copies the duration, GPUs and other demands"
-        f" of one of its {len(pool):,} jobs drawn at random (bootstrap); {how}; tenants drawn with the"
-        f" frequencies of its {len(names)} {'busiest ' if tenants is not None else ''}tenants"
+        f"synthetic: {plural(n, 'job')} shaped like {like.source}: each copies the duration, GPUs and other"
+        f" demands of one of its {plural(len(pool), 'job')} drawn at random (bootstrap); {how}; tenants drawn with"
+        f" the frequencies of its {plural(len(names), ('busiest ' if tenants is not None else '') + 'tenant')}"
         + (f"; {raised:,} of its durations under {MIN_DURATION_S:g} s raised to {MIN_DURATION_S:g} s" if raised else "")
     )
     return jobs

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
+from corral.core.wording import plural
 from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
 from corral.sim.traces.trace import Trace
 
@@ -45,7 +46,7 @@ def read_tiresias(path: PathArg, *, skip_invalid: bool = False) -> Trace:
             except BadRow as err:
                 rows.skip(err)
     sort_by_submit(jobs)
-    notes = [f"tiresias: {len(jobs):,} jobs, one tenant ('default'); times in seconds from the trace's start"]
+    notes = [f"tiresias: {plural(len(jobs), 'job')}, one tenant ('default'); times in seconds from the trace's start"]
     skip_note = rows.skip_note()
     if skip_note:
         notes.append(skip_note)
