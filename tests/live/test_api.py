@@ -685,3 +685,22 @@ def test_the_event_feed_shows_a_tenant_its_own_jobs_events_numbered_on_their_own
         "next_after": page["next_after"] + 100,
     }
     assert api.get("/v1/events", params={"after": -1}, headers=A).status_code == 422
+
+
+def test_a_suspended_job_says_which_nodes_hold_its_state() -> None:
+    from corral.cli.live import _job_phase
+    from corral.core.job import JobSpec, JobStatus
+    from corral.core.placement import Placement
+    from corral.live.api.models import job_out
+    from corral.live.records import JobRecord, JobRequest, ProcessState
+
+    spec = JobSpec(job_id="s1", submit_s=0.0, num_gpus=2, tenant="bob")
+    request = JobRequest(command=("true",), tenant="bob", cwd="/")
+    suspended = JobStatus(spec=spec, phase=JobPhase.PENDING, suspended_from=Placement((0, 5)))
+    nodes = ["n0", "n0", "n0", "n0", "n1", "n1"]
+    out = job_out(JobRecord(1, request, suspended, ProcessState()), None, nodes.__getitem__).model_dump()
+    assert out["suspended_on"] == ["n0", "n1"]
+    assert "suspended" in _job_phase(out)  # type: ignore[arg-type]
+    plain = JobStatus(spec=spec, phase=JobPhase.PENDING)
+    out = job_out(JobRecord(1, request, plain, ProcessState()), None, nodes.__getitem__).model_dump()
+    assert out["suspended_on"] is None and "pending" in _job_phase(out)  # type: ignore[arg-type]

@@ -666,6 +666,13 @@ def _ranks(job: JobJson, snap: ClusterJson | None) -> str:
     return "; ".join(f"rank {r}: {safe(node)} GPUs {','.join(map(str, gpus))}" for r, (node, gpus) in enumerate(ranked))
 
 
+def _job_phase(job: JobJson) -> str:
+    """The job's phase, styled; a pending job whose state waits in host memory shows as suspended."""
+    if job["phase"] == "pending" and job.get("suspended_on"):
+        return "[yellow]suspended[/]"
+    return _phase(job["phase"])
+
+
 def _phase(phase: str) -> str:
     style = _PHASE_STYLE.get(phase)
     return f"[{style}]{phase}[/]" if style else safe(phase)
@@ -737,7 +744,7 @@ def jobs(
                 safe(job["tenant"]),
                 "opp" if _job_class(job) == "opportunistic" else "guar",
                 _gpus(job),
-                _phase(job["phase"]),
+                _job_phase(job),
                 _placement(job),
                 _duration(_queued_s(job, now)),
                 _duration(_runtime_s(job, now)),
@@ -804,7 +811,12 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
         table.add_column("")
         proc = record["process"]
         rows = [
-            ("phase", _phase(record["phase"]) + (f": {safe(record['reason'])}" if record["reason"] else "")),
+            ("phase", _job_phase(record) + (f": {safe(record['reason'])}" if record["reason"] else "")),
+            *(
+                [("state", "in host memory of " + ", ".join(safe(n) for n in record["suspended_on"] or []))]
+                if record.get("suspended_on")
+                else []
+            ),
             *([("waiting", safe(record["wait_reason"]))] if record.get("wait_reason") else []),
             ("tenant", safe(record["tenant"])),
             ("class", _job_class(record)),

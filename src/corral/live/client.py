@@ -92,6 +92,7 @@ class JobJson(TypedDict):
     end_s: float | None
     queued_s: float
     queued_since_s: NotRequired[float | None]
+    suspended_on: NotRequired[list[str] | None]
     executed_s: float
     preemptions: int
     run_epoch: int

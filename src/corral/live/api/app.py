@@ -495,6 +495,10 @@ def create_app(controller: Controller) -> FastAPI:
         return UnknownTenant(f"unknown tenant {echo(tenant)}; tenants here: {', '.join(sorted(tenant_names))}")
 
     gpu_order: Sequence[int] | None = getattr(controller, "gpu_order", None)
+    topology = controller.topology
+
+    def node_of(gpu: int) -> str:
+        return topology.node_names[topology.gpu_node[gpu]]
 
     # -- jobs --------------------------------------------------------------------------------------------------
     @app.post(
@@ -538,7 +542,7 @@ def create_app(controller: Controller) -> FastAPI:
             gpu_mem_mib=body.gpu_mem_mib,
             priority=body.priority,
         )
-        return job_out(controller.submit(request), gpu_order)
+        return job_out(controller.submit(request), gpu_order, node_of)
 
     @app.get(
         "/v1/jobs",
@@ -601,7 +605,7 @@ def create_app(controller: Controller) -> FastAPI:
         more = len(records) > limit  # one more than asked: whether a next page exists, without counting
         records = records[:limit]
         return JobList(
-            jobs=[job_out(r, gpu_order) for r in records],
+            jobs=[job_out(r, gpu_order, node_of) for r in records],
             total=store.count(tenant=tenant, phases=phases),
             next_cursor=encode_cursor(records[-1].job_id, newest_first) if more else None,
         )
@@ -611,7 +615,7 @@ def create_app(controller: Controller) -> FastAPI:
     )
     def get_job(job_id: str, who: Who) -> JobOut:
         """A job with its process and latest telemetry."""
-        return job_out(visible(who, job_id), gpu_order)
+        return job_out(visible(who, job_id), gpu_order, node_of)
 
     @app.get(
         "/v1/jobs/{job_id}/events",
@@ -703,7 +707,7 @@ def create_app(controller: Controller) -> FastAPI:
         """Cancel a pending or running job: a running one is stopped (its process gets SIGTERM, then SIGKILL
         after the grace period). Answers with the job as it stands right after the request."""
         visible(who, job_id)
-        return job_out(controller.cancel(job_id), gpu_order)
+        return job_out(controller.cancel(job_id), gpu_order, node_of)
 
     # -- cluster -----------------------------------------------------------------------------------------------
     @app.get("/v1/cluster", tags=["cluster"], summary="The cluster", responses=_responses())

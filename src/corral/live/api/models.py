@@ -4,7 +4,7 @@ conversions of the controller's records into them."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -171,6 +171,11 @@ class JobOut(_Model):
         description="When its current wait began (Unix seconds): its submission, or its last preemption or requeue. "
         "Pending jobs only (null otherwise).",
     )
+    suspended_on: list[str] | None = Field(
+        default=None,
+        description="A pending job suspended to host memory (its state kept there, not checkpointed away): the "
+        "nodes that hold its state, where it resumes cheaply. Null otherwise.",
+    )
     executed_s: float = Field(
         description="Seconds it held GPUs in its runs before the current one (add now - last_start_s while it runs)."
     )
@@ -324,8 +329,16 @@ def _placement_out(p: Placement | None, order: Sequence[int] | None) -> Placemen
     return PlacementOut(gpus=gpus, gpu_milli=p.gpu_milli, mem_mib=p.mem_mib, opportunistic=p.opportunistic)
 
 
-def job_out(record: JobRecord, order: Sequence[int] | None = None) -> JobOut:
+def job_out(
+    record: JobRecord, order: Sequence[int] | None = None, node_of: Callable[[int], str] | None = None
+) -> JobOut:
+    """The API's view of ``record``. ``order`` maps the engine's GPU numbers to the agents' (NVML indices);
+    ``node_of`` names the node of an engine GPU (for a suspended job's state)."""
     req, st, proc, tel = record.request, record.status, record.process, record.telemetry
+    held = st.suspended_from if st.phase is JobPhase.PENDING else None
+    suspended_on = None
+    if held is not None and node_of is not None:
+        suspended_on = sorted({node_of(g) for g in held.gpus})
     return JobOut(
         job_id=record.job_id,
         name=req.name,
@@ -349,6 +362,7 @@ def job_out(record: JobRecord, order: Sequence[int] | None = None) -> JobOut:
         end_s=st.end_s,
         queued_s=st.queued_s,
         queued_since_s=st.queued_since_s if st.phase is JobPhase.PENDING else None,
+        suspended_on=suspended_on,
         executed_s=st.executed_s,
         preemptions=st.preemptions,
         run_epoch=st.run_epoch,
