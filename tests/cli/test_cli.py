@@ -86,10 +86,14 @@ def test_compare_prints_policies_side_by_side(tmp_path: Path) -> None:
     assert (tmp_path / "srtf_placement=spread" / "jobs.csv").exists()
 
 
-def test_policies_lists_every_policy_with_options() -> None:
+def test_policies_lists_every_policy_and_each_ones_options() -> None:
     code, out = invoke("policies")
     assert code == 0, out
-    for name in ("fifo", "sjf", "srtf", "placement", "backfill", "restore_s"):
+    for name in ("fifo", "sjf", "srtf", "restore_s", "corral policies NAME"):
+        assert name in out
+    code, out = invoke("policies", "fifo")
+    assert code == 0, out
+    for name in ("placement", "backfill"):
         assert name in out
 
 

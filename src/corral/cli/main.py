@@ -2,12 +2,16 @@
 
 Commands:
 
-- ``corral simulate``: one policy, one trace, one cluster; progress bar, summary table, then the trace's notes
+- ``corral simulate``: one policy, one trace, one cluster; progress (jobs done of all, with an ETA: a bar on a
+  terminal, a plain line every 5 s elsewhere, so that a log shows a long replay is alive), summary table, then
+  the trace's notes
   and the jobs rejected as never runnable (count, the first few with their reasons); ``--out`` files
   (``--record-decisions`` adds ``decisions.log`` there, and is refused without ``--out``); nodes lost and back
   with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`).
-- ``corral compare``: several policies on the same trace and cluster, side by side.
-- ``corral policies``: every policy and its options (from the policies' config dataclasses).
+- ``corral compare``: several policies on the same trace and cluster, side by side; split into several tables
+  when they do not fit side by side at the terminal's width, so that no metric name or value is cut.
+- ``corral policies``: one line per policy and the performance model's options; ``corral policies NAME``: that
+  policy's options (from its config dataclass), one row each, the help wrapped rather than cut at 80 columns.
 - ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
 - ``corral serve``, ``submit``, ``jobs``, ``job``, ``logs``, ``wait``, ``cancel``, ``tenants``: live mode
   (:mod:`corral.cli.live`).
@@ -20,15 +24,24 @@ included, is a bug and keeps its traceback.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from corral import __version__
@@ -161,7 +174,10 @@ def workload_options(fn: F) -> F:
             "exponential time of mean mtbf_h and back after one of mean repair_h (seed: --seed).",
         ),
         click.option(
-            "--progress/--no-progress", default=None, help="Show a progress bar (default: when on a terminal)."
+            "--progress/--no-progress",
+            default=True,
+            show_default=True,
+            help="Show the replay's progress: a bar on a terminal, else a line every 5 s.",
         ),
     ]
     for opt in reversed(options):
@@ -267,12 +283,26 @@ def _run(
     events = failures() if failures is not None else None
     if not show:
         return simulate(trace, cluster, policy, perf=perf, record_decisions=record, node_events=events)
+    if not err_console.is_terminal:
+        # A bar off a terminal prints nothing until the end: a log would show nothing for minutes.
+        return simulate(
+            trace,
+            cluster,
+            policy,
+            perf=perf,
+            record_decisions=record,
+            on_progress=_PlainProgress(policy.name, len(trace.jobs)),
+            progress_every_s=_PLAIN_PROGRESS_EVERY_S,
+            node_events=events,
+        )
     with Progress(
-        TextColumn(f"[bold]{policy.name}[/]"),
+        TextColumn(f"[bold]{escape(policy.name)}[/]"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("jobs submitted"),
+        TextColumn("jobs done"),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
     ) as progress:
@@ -287,6 +317,46 @@ def _run(
             node_events=events,
         )
     return result
+
+
+# Off a terminal, a progress line this often: enough to see that a replay is alive, few enough for a log.
+_PLAIN_PROGRESS_EVERY_S = 5.0
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m 05s``, ``2h 07m``: an ETA or an elapsed time, to the second at most."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+class _PlainProgress:
+    """The replay's progress as plain lines on stderr (``fifo: 1,024 of 8,000 jobs done, 350/s, ETA 19s``), for
+    a log or a pipe. Called by the replay's progress timer, then once at the end with every job done: a closing
+    line is printed only after progress lines, so that a short replay prints none."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self._name = name
+        self._total = total
+        self._started = time.monotonic()
+        self._printed = False
+
+    def __call__(self, done: int) -> None:
+        elapsed = time.monotonic() - self._started
+        if done >= self._total:
+            if self._printed:
+                self._line(f"all {self._total:,} jobs done in {_duration(elapsed)}")
+            return
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = _duration((self._total - done) / rate) if rate > 0 else "unknown"
+        self._line(f"{done:,} of {self._total:,} jobs done, {rate:,.0f}/s, ETA {eta}")
+        self._printed = True
+
+    def _line(self, text: str) -> None:
+        err_console.print(f"{self._name}: {text}", highlight=False, markup=False, soft_wrap=True)
 
 
 # How many rejected jobs are shown on screen, each with its reason, before the rest are only counted.
@@ -329,6 +399,46 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
+# Where a policy's name is longer than its values and the policies do not fit side by side, its column is this
+# wide and the name folds in its header.
+_FOLDED_HEADER = 12
+
+
+def _compare_tables(title: str, specs: Sequence[str], results: Sequence[SimulationResult], width: int) -> list[Table]:
+    """The metrics of each policy, side by side: one table when they fit in ``width``, else as many tables as it
+    takes, each with as many policy columns as fit. The metric names and the values are never cut (a rich table
+    too wide for the terminal shrinks every column and cuts them with an ellipsis); long policy names fold."""
+    metrics = [*SUMMARY_KEYS, "wall time (s)"]
+    columns = [[_fmt(key, r.summary[key]) for key in SUMMARY_KEYS] + [f"{r.wall_s:.2f}"] for r in results]
+    metric_w = max(map(len, metrics))
+    values_w = [max(map(len, column)) for column in columns]
+
+    def fits(widths: Sequence[int]) -> bool:
+        # Each column takes its text plus 3 (a space each side, its left border); then the right border.
+        return metric_w + 3 + sum(w + 3 for w in widths) + 1 <= width
+
+    widths = [max(v, len(spec)) for v, spec in zip(values_w, specs, strict=True)]
+    if not fits(widths):
+        widths = [max(v, min(len(spec), _FOLDED_HEADER)) for v, spec in zip(values_w, specs, strict=True)]
+    groups: list[list[int]] = []
+    for i, w in enumerate(widths):
+        if groups and fits([widths[j] for j in groups[-1]] + [w]):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    tables = []
+    for group in groups:
+        part = "" if len(groups) == 1 else f", policies {group[0] + 1}-{group[-1] + 1} of {len(specs)}"
+        table = Table(title=title + part)
+        table.add_column("metric", no_wrap=True, min_width=metric_w)
+        for i in group:
+            table.add_column(escape(specs[i]), justify="right", overflow="fold", width=widths[i])
+        for row, key in enumerate(metrics):
+            table.add_row(key, *(columns[i][row] for i in group))
+        tables.append(table)
+    return tables
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="corral")
 def cli() -> None:
@@ -364,8 +474,7 @@ def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, 
         raise click.UsageError("--record-decisions needs --out OUT: the decisions are written to OUT/decisions.log")
     with _errors():
         trace, cluster, perf, failures = _load(kw, [policy_spec])
-        show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
-        result = _run(trace, cluster, perf, policy_spec, kw["seed"], show, record_decisions, failures)
+        result = _run(trace, cluster, perf, policy_spec, kw["seed"], kw["progress"], record_decisions, failures)
         table = Table(
             title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(result.num_gpus, 'GPU')})",
             caption=result.policy,
@@ -403,16 +512,10 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
         trace, cluster, perf, failures = _load(kw, policies)
-        show = kw["progress"] if kw["progress"] is not None else err_console.is_terminal
-        results = [_run(trace, cluster, perf, spec, kw["seed"], show, False, failures) for spec in policies]
-        table = Table(title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})")
-        table.add_column("metric")
-        for spec in policies:
-            table.add_column(spec, justify="right", overflow="fold")
-        for key in SUMMARY_KEYS:
-            table.add_row(key, *(_fmt(key, r.summary[key]) for r in results))
-        table.add_row("wall time (s)", *(f"{r.wall_s:.2f}" for r in results))
-        console.print(table)
+        results = [_run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures) for spec in policies]
+        title = f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})"
+        for table in _compare_tables(title, policies, results, console.width):
+            console.print(table)
         for note in trace.notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
         _print_rejected(results, policies, to_file=out_dir is not None)
@@ -423,28 +526,72 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
 
 
 @cli.command()
-def policies() -> None:
-    """List the policies and their options (and the performance model's)."""
+@click.argument("name", required=False)
+def policies(name: str | None) -> None:
+    """List the policies (one line each) and the performance model's options; with NAME, that policy's options."""
     with _errors():
-        table = Table(title="policies (use as --policy NAME[:option=value,...])", show_lines=True)
-        table.add_column("policy", style="bold")
+        if name is not None:
+            _print_policy(name)
+            return
+        table = Table(title="policies (use as --policy NAME[:option=value,...])")
+        table.add_column("policy", style="bold", no_wrap=True)
         table.add_column("what it does")
-        table.add_column("options")
-        for name in policy_names():
-            cls = policy_class(name)
-            opts = "\n".join(
-                f"{fname} ({type_label(tp)}, default {getattr(default, 'value', default)}): {help_}"
-                for fname, tp, default, help_ in config_fields(cls.Config)
-            )
-            table.add_row(name, cls.summary, opts or "-")
+        for policy_name in policy_names():
+            table.add_row(policy_name, escape(policy_class(policy_name).summary))
         console.print(table)
-        perf = Table(title="performance model (use as --perf option=value,...)")
-        perf.add_column("option", style="bold")
-        perf.add_column("default", justify="right")
-        perf.add_column("meaning")
-        for fname, _tp, default, help_ in config_fields(PerfModel):
-            perf.add_row(fname, str(default), help_)
-        console.print(perf)
+        console.print("`corral policies NAME` lists a policy's options.", highlight=False, markup=False)
+        console.print(_options_table("performance model (use as --perf option=value,...)", PerfModel))
+
+
+def _print_policy(name: str) -> None:
+    cls = policy_class(name)  # an unknown name is a ConfigError that lists the known ones
+    console.print(f"[bold]{escape(name)}[/]: {escape(cls.summary)}", highlight=False)
+    if not config_fields(cls.Config):
+        console.print("no options", highlight=False)
+        return
+    console.print(_options_table(f"options (use as --policy {name}:option=value,...)", cls.Config))
+
+
+def _options_table(title: str, config_cls: type[Any]) -> Table:
+    """One row per option of a config dataclass: its name, what it takes (type or allowed values, and default),
+    what it does. Three columns, not five, so that at 80 columns none is squeezed until words break: the name is
+    never cut, the values wrap between values, the help wraps and takes the width that is left."""
+    table = Table(title=escape(title), show_lines=True)
+    table.add_column("option", style="bold", no_wrap=True)
+    table.add_column("takes (default)", overflow="fold", ratio=1, min_width=14)
+    table.add_column("what it does", overflow="fold", ratio=2)
+    for fname, tp, default, help_ in config_fields(config_cls):
+        takes = f"{_option_takes(tp)}\ndefault: {_option_value(default)}"
+        table.add_row(fname, escape(takes), escape(help_))
+    return table
+
+
+def _option_takes(tp: Any) -> str:
+    """What an option's value may be, as ``policies NAME`` shows it: a type, or the values allowed."""
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return "one of: " + ", ".join(str(m.value) for m in tp)
+    if get_origin(tp) is Literal:
+        return "one of: " + ", ".join(map(str, get_args(tp)))
+    if tp is bool:
+        return "true or false"
+    if get_origin(tp) is tuple:
+        return f"{type_label(get_args(tp)[0])}s, /-separated"
+    if type(None) in get_args(tp):
+        return f"{type_label(tp)} or none"
+    return type_label(tp)
+
+
+def _option_value(value: Any) -> str:
+    """A default as it would be typed in an option: ``true``, ``none``, ``1/2/4``, an enum's value."""
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return "/".join(_option_value(v) for v in value)
+    return str(value)
 
 
 @cli.command()
