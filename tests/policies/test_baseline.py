@@ -311,7 +311,7 @@ def test_rejection_end_to_end() -> None:
     assert big.reason == "needs 3 guaranteed GPUs; tenant 't' has a quota of 2"
     assert log(result)[0] == "0.000 reject big needs 3 guaranteed GPUs; tenant 't' has a quota of 2"
     assert spans(result)["ok"] == (1, 6)
-    assert result.summary["jobs_unschedulable"] == 1
+    assert result.summary["jobs_rejected"] == 1
 
 
 def test_quota_makes_a_tenant_wait_not_fail() -> None:

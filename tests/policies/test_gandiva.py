@@ -332,7 +332,7 @@ def test_golden_metrics_on_the_tiresias_trace(cluster_name: str) -> None:
     policy = make_policy("gandiva")
     result = simulate(trace, load_cluster(cluster_name), policy, check_invariants=True)
     assert result.summary["jobs_finished"] == 60
-    assert result.summary["jobs_unschedulable"] == 0
+    assert result.summary["jobs_rejected"] == 0
     for key, value in SIXTY_METRICS[("gandiva", cluster_name)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
     assert isinstance(policy, GandivaPolicy)

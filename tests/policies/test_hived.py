@@ -417,7 +417,7 @@ def test_a_replay_of_real_philly_jobs_keeps_every_invariant() -> None:
         policy = hived(**options)
         result = replay(trace.jobs, c, policy)
         assert policy.rounds > 100
-        assert result.summary["jobs_finished"] + result.summary["jobs_unschedulable"] == len(trace.jobs)
+        assert result.summary["jobs_finished"] + result.summary["jobs_rejected"] == len(trace.jobs)
         high = {j.job_id for j in trace.jobs if j.tenant != "ed69ec" and j.job_class.value == "guaranteed"}
         preempted = {line.split()[2] for line in log(result) if line.split()[1] == "preempt"}
         assert preempted and not preempted & high

@@ -194,7 +194,7 @@ def test_hived_vc_whose_node_is_lost_rebinds_to_a_healthy_node() -> None:
     launches = [line for line in lines if " launch " in line and float(line.split()[0]) >= 1000.0]
     used = {int(g) for line in launches for g in line.split("gpus=")[1].split(" milli")[0].split()}
     assert not used & {0, 1, 2, 3}
-    assert (result.summary["jobs_unfinished"], result.summary["jobs_unschedulable"]) == (0, 0)
+    assert (result.summary["jobs_unfinished"], result.summary["jobs_rejected"]) == (0, 0)
 
 
 # -- AntMan: GPUs open to opportunistic jobs -----------------------------------------------------------------------

@@ -160,10 +160,10 @@ def test_a_job_that_needs_a_lost_node_waits_for_it_and_is_not_rejected() -> None
     events = [(0.0, NodeLost("n1", "t")), (500.0, NodeJoined("n1"))]
     result = replay([job("big", gpus=4, duration=100, submit=10)], c, "fifo", events)
     assert spans(result)["big"] == (500.0, 600.0)
-    assert result.summary["jobs_unschedulable"] == 0
+    assert result.summary["jobs_rejected"] == 0
     # A node that never comes back leaves it unfinished, and the replay still ends.
     result = replay([job("big", gpus=4, duration=100, submit=10)], c, "fifo", [(0.0, NodeLost("n1", "t"))])
-    assert (result.summary["jobs_unfinished"], result.summary["jobs_unschedulable"]) == (1, 0)
+    assert (result.summary["jobs_unfinished"], result.summary["jobs_rejected"]) == (1, 0)
 
 
 def test_an_endless_stream_of_failures_stops_with_the_replay() -> None:

@@ -107,7 +107,7 @@ def test_fairness_per_tenant() -> None:
     rows = per_tenant(jobs, 1000)
     assert [(r["tenant"], r["mean_rho"], r["max_rho"]) for r in rows] == [("x", 1.0, 1.0), ("y", 3.0, 3.0)]
     assert list(rows[0]) == [
-        "tenant", "jobs", "finished", "unschedulable", "avg_jct_s", "p95_jct_s", "avg_queueing_s", "gpu_hours",
+        "tenant", "jobs", "finished", "rejected", "avg_jct_s", "p95_jct_s", "avg_queueing_s", "gpu_hours",
         "mean_rho", "max_rho",
     ]  # fmt: skip
     assert "mean_rho" not in per_tenant(jobs)[0]  # without the cluster's size there is no T_id

@@ -37,7 +37,7 @@ def test_golden_metrics(policy: str, cluster: str) -> None:
     result = _run(policy, cluster)
     assert result.summary["jobs_total"] == 60
     assert result.summary["jobs_finished"] == 60
-    assert result.summary["jobs_unschedulable"] == 0
+    assert result.summary["jobs_rejected"] == 0
     assert result.summary["preemptions"] == 0
     for key, value in SIXTY_METRICS[(policy, cluster)].items():
         assert result.summary[key] == pytest.approx(value, abs=1e-3), key
@@ -102,7 +102,7 @@ def test_impossible_jobs_are_rejected_with_a_reason_and_the_replay_ends() -> Non
     for policy in ("fifo", "sjf", "srtf"):
         result = simulate(Trace(jobs, "t"), cluster, make_policy(policy), check_invariants=True)
         by_id = {j.spec.job_id: j for j in result.jobs}
-        assert result.summary["jobs_unschedulable"] == 3
+        assert result.summary["jobs_rejected"] == 3
         assert result.summary["jobs_finished"] == 2
         assert by_id["huge"].phase is JobPhase.REJECTED
         assert by_id["huge"].reason is not None and "9 GPUs" in by_id["huge"].reason
@@ -127,7 +127,7 @@ def test_openb_fractional_replay_never_overgives_a_gpu() -> None:
     result = simulate(trace, load_cluster("openb"), make_policy("fifo:backfill=true"))
     assert result.summary["jobs_total"] == len(trace)
     assert result.summary["jobs_unfinished"] == 0
-    assert result.summary["jobs_finished"] + result.summary["jobs_unschedulable"] == len(trace)
+    assert result.summary["jobs_finished"] + result.summary["jobs_rejected"] == len(trace)
     shared = [j for j in result.jobs if j.spec.gpu_milli < 1000]
     assert shared, "the default openb trace has GPU-sharing pods"
 

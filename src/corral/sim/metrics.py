@@ -9,7 +9,8 @@ Definitions (the names are the keys of ``summary.json``):
 - makespan = last completion - first submission.
 - ``gpu_alloc_util`` = mean fraction of the cluster's GPUs allocated (shares count: half a GPU is 0.5) over
   the makespan window.
-- unschedulable = rejected on admission (a job that can never fit), each with a reason in ``jobs.csv``.
+- rejected = refused on admission (a job that can never fit), each with a reason in ``jobs.csv`` (its status
+  there is ``rejected`` too: one word in every output).
 
 Node failures (``--node-failures``, ``--node-failure-rate``; :mod:`corral.sim.failures`), all 0 in a replay without:
 
@@ -82,7 +83,7 @@ from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobStatus
 SUMMARY_KEYS = (
     "jobs_total",
     "jobs_finished",
-    "jobs_unschedulable",
+    "jobs_rejected",
     "jobs_unfinished",
     "avg_jct_s",
     "p50_jct_s",
@@ -261,7 +262,7 @@ def summarize(
     out: dict[str, Any] = {
         "jobs_total": len(jobs),
         "jobs_finished": len(finished),
-        "jobs_unschedulable": rejected,
+        "jobs_rejected": rejected,
         "jobs_unfinished": len(jobs) - len(finished) - rejected,
     }
     out.update(jct_stats(jcts))
@@ -299,7 +300,7 @@ def per_tenant(
             "tenant": tenant,
             "jobs": len(members),
             "finished": len(finished),
-            "unschedulable": sum(1 for j in members if j.phase is JobPhase.REJECTED),
+            "rejected": sum(1 for j in members if j.phase is JobPhase.REJECTED),
             "avg_jct_s": _round(jcts.mean()) if len(jcts) else 0.0,
             "p95_jct_s": _round(np.percentile(jcts, 95)) if len(jcts) else 0.0,
             "avg_queueing_s": _round(queued.mean()) if len(queued) else 0.0,
