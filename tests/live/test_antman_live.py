@@ -122,3 +122,6 @@ def test_a_suspended_opportunistic_job_gives_its_memory_back_and_resumes_in_plac
     assert wait_until(lambda: said("resumed", "state restored in"), 30), controller.events(bob)
     record = wait_phase(controller, bob, JobPhase.RUNNING)
     assert record.process.run == 1  # the same process: resumed in place, not restarted from a checkpoint
+    log = controller.log_path(bob).read_text()
+    assert re.search(r"=== corral: run 1 paused at step \d+ .*: its state moved to host memory ===", log), log[-2000:]
+    assert re.search(r"=== corral: run 1 resumed at step \d+ ", log), log[-2000:]

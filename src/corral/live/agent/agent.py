@@ -1334,6 +1334,9 @@ class Agent:
             elif isinstance(message, contract.Resumed) and run.paused_by == "channel":
                 run.paused_by = None
             self._outbox.append(JobSaid(run.job_id, run.run, message))
+            marker = _pause_marker(message, run.run)
+        if marker is not None:  # in the job's log too, where its user reads why its output stopped and went on
+            write_marker(self.log_path(run.job_id), marker)
         return True
 
     def _refusal(self, run: _Run, conn: _Conn, hello: contract.Hello) -> str | None:
@@ -1384,6 +1387,16 @@ class Agent:
         with self._lock:
             r = self._runs.get((job_id, run))
             return 0 if r is None else r.bad_messages
+
+
+def _pause_marker(message: contract.Message, run: int) -> str | None:
+    """The line a pause or a resume writes in the job's log (``None`` for other messages)."""
+    if isinstance(message, contract.Paused):
+        how = "its state moved to host memory" if message.evicted else "its GPU memory kept"
+        return f"run {run} paused at step {message.step} {now_text()}: {how}"
+    if isinstance(message, contract.Resumed):
+        return f"run {run} resumed at step {message.step} {now_text()}"
+    return None
 
 
 class _SpawnError(Exception):
