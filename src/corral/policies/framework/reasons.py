@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
+from corral.core.wording import plural
 from corral.policies.framework.placement import PlacementStrategy
 from corral.policies.framework.planner import Planner
 
@@ -49,13 +50,14 @@ def fit_reason(planner: Planner, spec: JobSpec, types: Sequence[int], strategy: 
         return f"waiting for {n} GPUs{kind}: {free} free"
     largest = largest_free_on_a_node(planner, types)
     node_gpus = max((planner.view.max_node_gpus(t) for t in types), default=0)
+    gpus = plural(n, "GPU")
     if strategy is PlacementStrategy.STRICT and node_gpus:
         fewest = -(-n // node_gpus)
         where = "one node" if fewest == 1 else f"{fewest} nodes"
-        return f"waiting for {n} GPUs{kind} on {where} (largest free: {largest})"
+        return f"waiting for {gpus}{kind} on {where} (largest free: {largest})"
     if spec.gpu_mem_mib:
-        return f"waiting for {n} GPUs{kind} with {spec.gpu_mem_mib} MiB free each: {free} free, too little memory"
-    return f"waiting for {n} GPUs{kind}: {free} free, none placeable (largest free on a node: {largest})"
+        return f"waiting for {gpus}{kind} with {spec.gpu_mem_mib} MiB free each: {free} free, too little memory"
+    return f"waiting for {gpus}{kind}: {free} free, none placeable (largest free on a node: {largest})"
 
 
 def blocked_reason(planner: Planner, spec: JobSpec, types: Sequence[int], strategy: PlacementStrategy) -> str:
