@@ -8,7 +8,7 @@ D=${CORRAL_DATA_DIR:-../shared/data}
 P="--policy yarn-cs --policy fifo:backfill=true --policy tiresias --policy tiresias:priority=gittins --policy srtf"
 P="$P --policy gandiva --policy themis"
 mkdir -p "$out"
-run() { name=$1; shift; corral compare "$@" $P --no-progress --out "$out/$name" > "$out/$name.txt" 2>&1; }
+run() { name=$1; shift; corral compare "$@" $P --no-progress --overwrite --out "$out/$name" > "$out/$name.txt" 2>&1; }
 run sixty_15x4 --format tiresias --trace "$D/tiresias/60_job.csv" --cluster 15x4
 run sixty_2x4 --format tiresias --trace "$D/tiresias/60_job.csv" --cluster 2x4
 run vc_6c71a0 --format philly --trace "$D/philly/philly.csv" --tenants 6c71a0 --cluster 6x8

@@ -4,6 +4,7 @@ the policy listing, determinism of output bytes, and clean errors for bad input.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from pathlib import Path
 
@@ -363,3 +364,32 @@ def test_one_job_on_one_gpu_is_said_so(tmp_path: Path) -> None:
     assert code == 0, out
     assert "1 job on 1x1 (1 GPU)" in out
     assert "csv: 1 job read" in out
+
+
+def test_out_holds_one_run_with_its_manifest(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", SIXTY, "--format", "tiresias", "--cluster", "2x4", "--no-progress"]
+    code, text = invoke(*args, "--policy", "srtf", "--out", str(out), "--record-decisions")
+    assert code == 0, text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["corral_version"] and manifest["seed"] == 0 and manifest["cluster"] == "2x4"
+    assert manifest["policy"].startswith("srtf")
+    digest = hashlib.sha256(Path(SIXTY).read_bytes()).hexdigest()
+    assert manifest["inputs"]["trace"] == {"path": SIXTY, "bytes": Path(SIXTY).stat().st_size, "sha256": digest}
+    assert manifest["inputs"]["cluster"] == {"path": "2x4"}  # a spec, not a file
+    # A second run into the same folder would mix with the first (its decisions.log would stay): refused.
+    (out / "notes.txt").write_text("mine")
+    code, text = invoke(*args, "--policy", "fifo", "--out", str(out))
+    assert code != 0 and "not empty" in text and "--overwrite" in text, text
+    assert json.loads((out / "summary.json").read_text())["policy"].startswith("srtf")  # nothing touched
+    code, text = invoke(*args, "--policy", "fifo", "--out", str(out), "--overwrite")
+    assert code == 0, text
+    assert json.loads((out / "summary.json").read_text())["policy"].startswith("fifo")
+    assert not (out / "decisions.log").exists()  # the earlier run's, deleted first
+    assert (out / "notes.txt").read_text() == "mine"  # not corral's: kept
+    # compare: each policy's folder gets its manifest; --overwrite clears the policies' folders.
+    both = ["compare", *args[1:], "--policy", "fifo", "--policy", "sjf", "--out", str(tmp_path / "cmp")]
+    assert invoke(*both)[0] == 0
+    assert json.loads((tmp_path / "cmp" / "sjf" / "manifest.json").read_text())["policy"].startswith("sjf")
+    assert invoke(*both)[0] != 0
+    assert invoke(*both, "--overwrite")[0] == 0

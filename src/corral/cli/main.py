@@ -58,7 +58,7 @@ from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster,
 from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
-from corral.sim.report import write_results
+from corral.sim.report import prepare_out, write_manifest, write_results
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import Trace
 from corral.sim.workload import ALL_FORMATS, WorkloadSpec, build_trace
@@ -463,7 +463,10 @@ def cli() -> None:
 @click.option(
     "--record-decisions", is_flag=True, help="Also write every decision to OUT/decisions.log (needs --out OUT)."
 )
-def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, **kw: Any) -> None:
+@click.option(
+    "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
+)
+def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, overwrite: bool, **kw: Any) -> None:
     """Replay a trace on a cluster under one policy.
 
     Nodes can fail during the replay (--node-failures FILE, or --node-failure-rate mtbf_h=H,repair_h=H): the jobs
@@ -473,6 +476,8 @@ def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, 
         # The log goes only to OUT/decisions.log: without --out it would be recorded (slowly) and then dropped.
         raise click.UsageError("--record-decisions needs --out OUT: the decisions are written to OUT/decisions.log")
     with _errors():
+        if out_dir is not None:
+            prepare_out(out_dir, overwrite=overwrite)
         trace, cluster, perf, failures = _load(kw, [policy_spec])
         result = _run(trace, cluster, perf, policy_spec, kw["seed"], kw["progress"], record_decisions, failures)
         table = Table(
@@ -489,11 +494,23 @@ def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, 
             err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
         _print_rejected([result], [policy_spec], to_file=out_dir is not None)
         if out_dir:
-            paths = write_results(result, out_dir)
+            paths = [*write_results(result, out_dir), _manifest(out_dir, result.policy, cluster.name, kw)]
             err_console.print(f"wrote {', '.join(p.name for p in paths)} to {out_dir}", highlight=False)
 
 
 simulate_cmd.name = "simulate"
+
+
+def _manifest(out: str | Path, policy: str, cluster: str, kw: dict[str, Any]) -> Path:
+    """``manifest.json`` for a run: its inputs are the files the options named (a preset is named, not hashed)."""
+    fit_to = kw.get("fit_to")
+    inputs = {
+        "trace": kw.get("trace_path"),
+        "cluster": kw.get("cluster_spec"),
+        "node_failures": kw.get("node_failures"),
+        "fit_to": fit_to.partition(":")[2] if fit_to else None,
+    }
+    return write_manifest(out, policy=policy, cluster=cluster, seed=kw["seed"], inputs=inputs)
 
 
 def _slug(spec: str) -> str:
@@ -508,9 +525,14 @@ def _slug(spec: str) -> str:
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Write each policy's results to OUT/<policy>/."
 )
-def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
+@click.option(
+    "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
+)
+def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
+        if out_dir is not None:
+            prepare_out(out_dir, overwrite=overwrite, per_policy=True)
         trace, cluster, perf, failures = _load(kw, policies)
         results = [_run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures) for spec in policies]
         title = f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})"
@@ -521,7 +543,9 @@ def compare(policies: Sequence[str], out_dir: str | None, **kw: Any) -> None:
         _print_rejected(results, policies, to_file=out_dir is not None)
         if out_dir:
             for spec, result in zip(policies, results, strict=True):
-                write_results(result, Path(out_dir) / _slug(spec))
+                folder = Path(out_dir) / _slug(spec)
+                write_results(result, folder)
+                _manifest(folder, result.policy, cluster.name, kw)
             err_console.print(f"wrote results to {out_dir}/<policy>/", highlight=False)
 
 

@@ -1,5 +1,9 @@
-"""Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``
-and, when decisions were recorded, ``decisions.log``.
+"""Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``,
+``manifest.json`` (what produced them) and, when decisions were recorded, ``decisions.log``.
+
+An output folder holds one run: :func:`prepare_out` refuses a folder that is not empty (results of two runs mixed,
+or a stale ``decisions.log`` from an earlier run beside new files, would mislead whoever reads them), unless told
+to overwrite, which first deletes corral's own files there and nothing else.
 
 ``jobs.csv`` ends with each job's finish-time fairness ``rho`` (empty where undefined), its class at the end
 (``guaranteed``, ``opportunistic``, or ``upgraded``), its ``slowdown`` from sharing and ``last_wait_reason``, the
@@ -16,11 +20,16 @@ Files hold no wall-clock times or paths that vary between runs, so the same inpu
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from corral import __version__
+from corral.core.errors import ConfigError
 from corral.sim.metrics import job_rhos, job_slowdown, utilization_bins
 from corral.sim.runner import SimulationResult
 
@@ -50,6 +59,69 @@ def _num(x: float | None) -> str:
 
 def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.4f}"
+
+
+RESULT_FILES = ("summary.json", "jobs.csv", "tenants.csv", "utilization.csv", "decisions.log", "manifest.json")
+
+
+def prepare_out(out_dir: str | Path, *, overwrite: bool, per_policy: bool = False) -> Path:
+    """The output folder, made ready for one run: created if missing; if it holds anything, an error unless
+    ``overwrite``, which deletes corral's result files there (and, for ``per_policy`` runs, in its sub-folders
+    that hold a ``summary.json``), never anything else. Called before the replay, so a refusal costs nothing."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: not a folder")
+    entries = sorted(out.iterdir()) if out.exists() else []
+    if entries and not overwrite:
+        shown = ", ".join(e.name for e in entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ConfigError(
+            f"--out {out}: the folder is not empty ({shown}); results of two runs would mix. Choose another "
+            "folder, or pass --overwrite to delete corral's result files there first"
+        )
+    folders = [out, *(e for e in entries if per_policy and e.is_dir() and (e / "summary.json").is_file())]
+    for folder in folders:
+        for name in RESULT_FILES:
+            (folder / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_manifest(
+    out_dir: str | Path,
+    *,
+    policy: str,
+    cluster: str,
+    seed: int,
+    inputs: Mapping[str, str | None],
+    argv: Sequence[str] | None = None,
+) -> Path:
+    """``manifest.json``: corral's version, the command line, the policy, cluster and seed, and each input file
+    (``inputs``: role -> path, e.g. ``trace``) with its size and SHA-256, so that a result can be traced to what
+    made it and re-made."""
+    files: dict[str, Any] = {}
+    for role, name in inputs.items():
+        if name is None:
+            continue
+        path = Path(name)
+        if not path.is_file():
+            files[role] = {"path": name}  # a preset or a spec, not a file
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        files[role] = {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    manifest = {
+        "corral_version": __version__,
+        "command": list(sys.argv if argv is None else argv),
+        "policy": policy,
+        "cluster": cluster,
+        "seed": seed,
+        "inputs": files,
+    }
+    path = Path(out_dir) / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return path
 
 
 def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
