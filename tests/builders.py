@@ -12,11 +12,14 @@ Defaults are chosen so a test states only what matters to it::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
+from corral.core.events import Event
 from corral.core.job import JobClass, JobSpec
 from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.engine.state import ClusterState, QueueKey, submission_order
 from corral.policies.framework.contract import BasePolicy
@@ -132,3 +135,19 @@ def log(result: SimulationResult) -> list[str]:
 def spans(result: SimulationResult) -> dict[str, tuple[float | None, float | None]]:
     """``job_id -> (first start, end)``."""
     return {j.job_id: (j.first_start_s, j.end_s) for j in result.jobs}
+
+
+@dataclass
+class EventSink:
+    """An executor's sink that keeps the events it schedules and ignores rates and telemetry (executor tests)."""
+
+    events: list[tuple[float, Event]] = field(default_factory=list)
+
+    def schedule(self, time_s: float, event: Event) -> None:
+        self.events.append((time_s, event))
+
+    def observe_rate(self, job_id: str, rate: float) -> None:
+        pass
+
+    def report(self, job_id: str, telemetry: Telemetry) -> None:
+        pass

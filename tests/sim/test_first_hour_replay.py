@@ -6,18 +6,15 @@ their nouns. The command-line side (``--record-decisions`` without ``--out``, re
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from builders import cluster, job, run
+from builders import EventSink, cluster, job, run
 from corral.core.cluster import Topology
 from corral.core.errors import TraceError
-from corral.core.events import Event
 from corral.core.job import JobPhase, JobStatus
 from corral.core.placement import Placement
-from corral.core.telemetry import Telemetry
 from corral.core.wording import plural
 from corral.policies.registry import make_policy
 from corral.sim.clusters import describe_cluster, load_cluster
@@ -92,26 +89,12 @@ def test_rho_on_a_mixed_cluster_uses_each_jobs_own_type() -> None:
     assert result.summary["max_rho"] == 1.0 and result.summary["p50_rho"] == 1.0
 
 
-@dataclass
-class _Sink:
-    events: list[tuple[float, Event]] = field(default_factory=list)
-
-    def schedule(self, time_s: float, event: Event) -> None:
-        self.events.append((time_s, event))
-
-    def observe_rate(self, job_id: str, rate: float) -> None:
-        pass
-
-    def report(self, job_id: str, telemetry: Telemetry) -> None:
-        pass
-
-
 def test_a_job_that_ran_on_two_speeds_gets_their_work_weighted_harmonic_mean() -> None:
     # Half its work (50 s) on a speed-1.0 GPU, the other half on a speed-2.0 one (25 s, after a 30 s restore):
     # alone on those GPUs the work takes 50 + 25 = 75 s, so v = 100 / 75 = 4/3.
     topo = Topology(cluster(gpus=[1, 1], types=["slow", "fast"], speed={"slow": 1.0, "fast": 2.0}))
     executor = SimExecutor(topo, PerfModel(usage_spread=0.0, demand_variation=0.0))
-    executor.bind(_Sink())
+    executor.bind(EventSink())
     status = JobStatus(spec=job("a", duration=100), phase=JobPhase.RUNNING, placement=Placement((0,), 1000))
     executor.launch(status, 0.0)
     status.work_done_s = executor.preempt(status, 50.0)

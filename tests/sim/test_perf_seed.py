@@ -13,16 +13,14 @@ below). A policy that does read seeded draws still changes with the seed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import pytest
 
-from builders import cluster, job, run
+from builders import EventSink, cluster, job, run
 from corral.core.cluster import Cluster, Topology
-from corral.core.events import DemandChanged, Event, JobFinished
+from corral.core.events import DemandChanged, JobFinished
 from corral.core.job import JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
-from corral.core.telemetry import Telemetry
 from corral.policies import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
@@ -75,20 +73,6 @@ def test_a_perf_seed_does_not_change_a_policy_that_uses_no_seeded_draw(
     assert one.summary["gpu_sm_util"] != two.summary["gpu_sm_util"]
 
 
-@dataclass
-class _Sink:
-    events: list[tuple[float, Event]] = field(default_factory=list)
-
-    def schedule(self, time_s: float, event: Event) -> None:
-        self.events.append((time_s, event))
-
-    def observe_rate(self, job_id: str, rate: float) -> None:
-        pass
-
-    def report(self, job_id: str, telemetry: Telemetry) -> None:
-        pass
-
-
 def test_a_demand_change_that_keeps_the_speed_does_not_split_the_progress() -> None:
     # One job alone at speed 0.9 whose demand changes at a seeded point (between 20% and 80% of its work), then
     # preempted at 950 s: its progress is 950 x 0.9 in one product, whatever the seed (settled at the change, it
@@ -97,7 +81,7 @@ def test_a_demand_change_that_keeps_the_speed_does_not_split_the_progress() -> N
     spec = job("a", duration=1000, model="resnet50")
     for seed in range(16):
         ex = SimExecutor(topo, PerfModel(seed=seed))
-        sink = _Sink()
+        sink = EventSink()
         ex.bind(sink)
         status = JobStatus(spec=spec, phase=JobPhase.RUNNING, placement=Placement((0,), 1000), run_epoch=1)
         ex.launch(status, 0.0)
