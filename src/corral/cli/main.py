@@ -7,9 +7,13 @@ Commands:
   the trace's notes
   and the jobs rejected as never runnable (count, the first few with their reasons); ``--out`` files
   (``--record-decisions`` adds ``decisions.log`` there, and is refused without ``--out``); nodes lost and back
-  with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`).
+  with ``--node-failures FILE`` or ``--node-failure-rate SPEC`` (:mod:`corral.sim.failures`); ``--out`` also
+  gets ``report.html`` and its plots (:mod:`corral.sim.report_html`), unless ``--no-report``.
 - ``corral compare``: several policies on the same trace and cluster, side by side; split into several tables
-  when they do not fit side by side at the terminal's width, so that no metric name or value is cut.
+  when they do not fit side by side at the terminal's width, so that no metric name or value is cut. ``--out``
+  gets a folder per policy, ``comparison.csv`` and ``comparison.json`` across them, and one ``report.html``.
+- ``corral report DIR...``: ``report.html`` and its plots re-made from output folders (one, or several side by
+  side, ``--out`` then naming where to write).
 - ``corral policies``: one line per policy and the performance model's options; ``corral policies NAME``: that
   policy's options (from its config dataclass), one row each, the help wrapped rather than cut at 80 columns.
 - ``corral cluster``: what a cluster spec (preset, ``NxG`` or file) expands to; without one, the live cluster.
@@ -58,7 +62,8 @@ from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster,
 from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
-from corral.sim.report import prepare_out, write_manifest, write_results
+from corral.sim.report import prepare_out, summary_record, write_comparison, write_manifest, write_results
+from corral.sim.report_html import Rendered, report_folders
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import Trace
 from corral.sim.workload import ALL_FORMATS, WorkloadSpec, build_trace
@@ -439,6 +444,15 @@ def _compare_tables(title: str, specs: Sequence[str], results: Sequence[Simulati
     return tables
 
 
+def _report_option(fn: F) -> F:
+    return click.option(
+        "--report/--no-report",
+        default=True,
+        show_default=True,
+        help="With --out, also write report.html and its plots there (plots need matplotlib: corral[report]).",
+    )(fn)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="corral")
 def cli() -> None:
@@ -466,7 +480,10 @@ def cli() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
 )
-def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, overwrite: bool, **kw: Any) -> None:
+@_report_option
+def simulate_cmd(
+    policy_spec: str, out_dir: str | None, record_decisions: bool, overwrite: bool, report: bool, **kw: Any
+) -> None:
     """Replay a trace on a cluster under one policy.
 
     Nodes can fail during the replay (--node-failures FILE, or --node-failure-rate mtbf_h=H,repair_h=H): the jobs
@@ -495,6 +512,8 @@ def simulate_cmd(policy_spec: str, out_dir: str | None, record_decisions: bool, 
         _print_rejected([result], [policy_spec], to_file=out_dir is not None)
         if out_dir:
             paths = [*write_results(result, out_dir), _manifest(out_dir, result.policy, cluster.name, kw)]
+            if report:
+                paths += _report([out_dir], out_dir).paths
             err_console.print(f"wrote {', '.join(p.name for p in paths)} to {out_dir}", highlight=False)
 
 
@@ -513,6 +532,14 @@ def _manifest(out: str | Path, policy: str, cluster: str, kw: dict[str, Any]) ->
     return write_manifest(out, policy=policy, cluster=cluster, seed=kw["seed"], inputs=inputs)
 
 
+def _report(dirs: Sequence[str], out_dir: str) -> Rendered:
+    """``report.html`` and its plots for the runs in ``dirs``, in ``out_dir``; a note when there are no plots."""
+    rendered = report_folders(dirs, out_dir)
+    if rendered.missing is not None:
+        err_console.print(f"note: report.html has no plots: {rendered.missing}", highlight=False, markup=False)
+    return rendered
+
+
 def _slug(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", spec).strip("_")
 
@@ -523,12 +550,16 @@ def _slug(spec: str) -> str:
     "--policy", "policies", multiple=True, required=True, help="A policy to compare (repeat): NAME[:key=value,...]."
 )
 @click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False), help="Write each policy's results to OUT/<policy>/."
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Write each policy's results to OUT/<policy>/, and comparison.csv, comparison.json and report.html to OUT.",
 )
 @click.option(
     "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
 )
-def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, **kw: Any) -> None:
+@_report_option
+def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, report: bool, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
         if out_dir is not None:
@@ -542,11 +573,39 @@ def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, **kw:
             err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
         _print_rejected(results, policies, to_file=out_dir is not None)
         if out_dir:
+            runs = []
             for spec, result in zip(policies, results, strict=True):
                 folder = Path(out_dir) / _slug(spec)
                 write_results(result, folder)
                 _manifest(folder, result.policy, cluster.name, kw)
-            err_console.print(f"wrote results to {out_dir}/<policy>/", highlight=False)
+                runs.append((spec, folder.name, summary_record(result)))
+            paths = write_comparison(out_dir, runs)
+            if report:
+                paths += _report([out_dir], out_dir).paths
+            err_console.print(
+                f"wrote results to {out_dir}/<policy>/, and {', '.join(p.name for p in paths)} to {out_dir}",
+                highlight=False,
+            )
+
+
+@cli.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Where to write report.html and the plots (default: DIR, when one is given; needed for several).",
+)
+def report(dirs: Sequence[str], out_dir: str | None) -> None:
+    """Re-make report.html and its plots (PNG) from output folders of `corral simulate --out` or `corral compare
+    --out`: one folder, or several side by side (before and after a change), each run labelled by its folder."""
+    if out_dir is None:
+        if len(dirs) > 1:
+            raise click.UsageError("--out OUT is needed with several folders: the report of them all goes to OUT")
+        out_dir = dirs[0]
+    with _errors():
+        rendered = _report(dirs, out_dir)
+        err_console.print(f"wrote {', '.join(p.name for p in rendered.paths)} to {out_dir}", highlight=False)
 
 
 @cli.command()

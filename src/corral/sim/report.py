@@ -1,5 +1,7 @@
 """Write a replay's results to a folder: ``summary.json``, ``jobs.csv``, ``tenants.csv``, ``utilization.csv``,
-``manifest.json`` (what produced them) and, when decisions were recorded, ``decisions.log``.
+``manifest.json`` (what produced them) and, when decisions were recorded, ``decisions.log``; for a comparison,
+``comparison.csv`` and ``comparison.json`` (:func:`write_comparison`) beside the policies' folders. The HTML
+report and its plots are :mod:`corral.sim.report_html`'s.
 
 An output folder holds one run: :func:`prepare_out` refuses a folder that is not empty (results of two runs mixed,
 or a stale ``decisions.log`` from an earlier run beside new files, would mislead whoever reads them), unless told
@@ -31,6 +33,7 @@ from typing import Any
 from corral import __version__
 from corral.core.errors import ConfigError
 from corral.sim.metrics import job_rhos, job_slowdown, utilization_bins
+from corral.sim.report_html import REPORT_FILES
 from corral.sim.runner import SimulationResult
 
 JOB_COLUMNS = (
@@ -61,7 +64,17 @@ def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.4f}"
 
 
-RESULT_FILES = ("summary.json", "jobs.csv", "tenants.csv", "utilization.csv", "decisions.log", "manifest.json")
+COMPARISON_FILES = ("comparison.csv", "comparison.json")
+RESULT_FILES = (
+    "summary.json",
+    "jobs.csv",
+    "tenants.csv",
+    "utilization.csv",
+    "decisions.log",
+    "manifest.json",
+    *COMPARISON_FILES,
+    *REPORT_FILES,
+)
 
 
 def prepare_out(out_dir: str | Path, *, overwrite: bool, per_policy: bool = False) -> Path:
@@ -124,12 +137,9 @@ def write_manifest(
     return path
 
 
-def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    summary: dict[str, Any] = {
+def summary_record(result: SimulationResult) -> dict[str, Any]:
+    """What ``summary.json`` holds: every summary metric, then the policy, cluster, GPUs, trace and its notes."""
+    return {
         **result.summary,
         "policy": result.policy,
         "cluster": result.cluster,
@@ -137,6 +147,33 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
         "trace": Path(result.trace).name,
         "trace_notes": result.notes,
     }
+
+
+def write_comparison(out_dir: str | Path, runs: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[Path]:
+    """``comparison.json`` and ``comparison.csv`` across the policies of a comparison, in the order given:
+    ``runs`` holds, per policy, its spec as given to ``--policy``, its sub-folder's name and its summary (as
+    :func:`summary_record` makes it). One JSON object per policy: ``policy_spec``, ``folder``, then every key of
+    its ``summary.json`` with the same values; one CSV row per policy with the same columns but ``trace_notes``
+    (a list, the same for every policy, and in each ``summary.json``)."""
+    out = Path(out_dir)
+    rows = [{"policy_spec": spec, "folder": folder, **summary} for spec, folder, summary in runs]
+    path_json = out / "comparison.json"
+    path_json.write_text(json.dumps(rows, indent=2) + "\n")
+    columns = list(dict.fromkeys(k for row in rows for k in row if k != "trace_notes"))
+    path_csv = out / "comparison.csv"
+    with path_csv.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return [path_csv, path_json]
+
+
+def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    summary = summary_record(result)
     path = out / "summary.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     written.append(path)
