@@ -60,6 +60,7 @@ from corral.cli.errors import user_errors
 from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.core.toml import read_toml
+from corral.core.wording import duration
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
 if TYPE_CHECKING:
@@ -633,15 +634,6 @@ def _queued_s(job: JobJson, now: float) -> float:
     return waited
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
 def _placement(job: JobJson) -> str:
     p = job["placement"]
     if p is None:
@@ -746,8 +738,8 @@ def jobs(
                 _gpus(job),
                 _job_phase(job),
                 _placement(job),
-                _duration(_queued_s(job, now)),
-                _duration(_runtime_s(job, now)),
+                duration(_queued_s(job, now)),
+                duration(_runtime_s(job, now)),
                 str(job["preemptions"]),
             )
         if page["next_cursor"] is not None:
@@ -781,7 +773,7 @@ def _failure_table(failures: Sequence[JobJson], now: float, most: int = 10) -> T
             safe(job["name"] or ""),
             safe(job["tenant"]),
             _phase(job["phase"]),
-            f"{_duration(now - (job['end_s'] or now))} ago",
+            f"{duration(now - (job['end_s'] or now))} ago",
             safe(job["reason"] or ""),
         )
     if len(failures) > most:
@@ -827,8 +819,8 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
             ("submitted", _when(record["submit_s"])),
             ("first start", _when(record["first_start_s"])),
             ("ended", _when(record["end_s"])),
-            ("queued", _duration(_queued_s(record, now))),
-            ("runtime", _duration(_runtime_s(record, now))),
+            ("queued", duration(_queued_s(record, now))),
+            ("runtime", duration(_runtime_s(record, now))),
             ("preemptions", str(record["preemptions"])),
             ("process", f"run {proc['run']}, {safe(proc['phase'])}" + (f", pid {proc['pid']}" if proc["pid"] else "")
              + (f", exit code {proc['exit_code']}" if proc["exit_code"] is not None else "")
@@ -975,7 +967,7 @@ def _outcome(job: JobJson, timeout_s: float | None) -> str:
     """One line: how the job ended, or what it still does when the wait ran out."""
     jid, phase = visible(job["job_id"]), job["phase"]
     if phase == "finished":
-        return f"job {jid} finished (ran {_duration(job['executed_s'])})"
+        return f"job {jid} finished (ran {duration(job['executed_s'])})"
     if phase in ENDED_PHASES:
         return f"job {jid} {phase}" + (f": {visible(job['reason'])}" if job["reason"] else "")
     waiting = f" ({visible(why)})" if phase == "pending" and (why := job.get("wait_reason")) else ""

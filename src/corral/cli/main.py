@@ -56,7 +56,7 @@ from corral.core.errors import ConfigError
 from corral.core.events import NodeLost
 from corral.core.job import JobPhase
 from corral.core.options import build_config, config_fields, type_label
-from corral.core.wording import plural
+from corral.core.wording import duration, plural
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
 from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
 from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
@@ -329,13 +329,8 @@ _PLAIN_PROGRESS_EVERY_S = 5.0
 
 
 def _duration(seconds: float) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m``: an ETA or an elapsed time, to the second at most."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    """``42s``, ``3m 05s``, ``2h 07m``: an ETA or an elapsed time in a progress line."""
+    return duration(seconds, sep=" ")
 
 
 class _PlainProgress:
@@ -444,12 +439,16 @@ def _compare_tables(title: str, specs: Sequence[str], results: Sequence[Simulati
     return tables
 
 
-def _report_option(fn: F) -> F:
-    return click.option(
+def _out_options(fn: F) -> F:
+    """``--overwrite`` and ``--report/--no-report``, which ``simulate`` and ``compare`` take with ``--out``."""
+    fn = click.option(
         "--report/--no-report",
         default=True,
         show_default=True,
         help="With --out, also write report.html and its plots there (plots need matplotlib: corral[report]).",
+    )(fn)
+    return click.option(
+        "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
     )(fn)
 
 
@@ -477,10 +476,7 @@ def cli() -> None:
 @click.option(
     "--record-decisions", is_flag=True, help="Also write every decision to OUT/decisions.log (needs --out OUT)."
 )
-@click.option(
-    "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
-)
-@_report_option
+@_out_options
 def simulate_cmd(
     policy_spec: str, out_dir: str | None, record_decisions: bool, overwrite: bool, report: bool, **kw: Any
 ) -> None:
@@ -555,10 +551,7 @@ def _slug(spec: str) -> str:
     type=click.Path(file_okay=False),
     help="Write each policy's results to OUT/<policy>/, and comparison.csv, comparison.json and report.html to OUT.",
 )
-@click.option(
-    "--overwrite", is_flag=True, help="Let --out name a folder that is not empty: corral's files there go first."
-)
-@_report_option
+@_out_options
 def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, report: bool, **kw: Any) -> None:
     """Replay one trace under several policies and print them side by side."""
     with _errors():
