@@ -13,31 +13,18 @@ from typing import Any
 
 import pytest
 
-from corral.core.cluster import Cluster, Topology
+from corral.core.cluster import Cluster
 from corral.core.events import NodeJoined, NodeLost
 from corral.core.job import JobPhase
-from corral.engine.clock import VirtualClock
-from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import Controller
 from corral.live.store import Store
-from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy
 from corral.sim.clusters import load_cluster
-from corral.sim.perf import PerfModel
 from corral.sim.runner import simulate
 from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
 from corral.workloads.data import data_file
-
-NEUTRAL = PerfModel(
-    spread_rate=1.0,
-    cross_rack_rate=1.0,
-    model_spread=False,
-    gpu_speed=False,
-    restore_s=0.0,
-    suspend_resume_s=0.0,
-    demand_variation=0.0,
-)
+from virtual_live import NEUTRAL, virtual_controller
 
 
 def _trace() -> Trace:
@@ -45,15 +32,7 @@ def _trace() -> Trace:
 
 
 def _live(trace: Trace, cluster: Cluster, policy: str, store: Store, node_events: Any = ()) -> Controller:
-    clock = VirtualClock()
-    topo = Topology(cluster)
-    gpus = [GpuInfo(g, "stand-in", topo.gpu_mem_mib[g], None, True) for g in range(topo.num_gpus)]
-    durations = {j.job_id: j.duration_s or 0.0 for j in trace.jobs}
-    agent = VirtualAgent(gpus, durations, clock)
-    controller = Controller(
-        cluster=cluster, policy=make_policy(policy), store=store, agent=agent, clock=clock, record_decisions=True
-    )
-    controller.feed(trace.jobs)
+    controller = virtual_controller(trace, cluster, policy, store=store)
     controller.run_virtual(node_events=node_events)
     return controller
 

@@ -43,12 +43,8 @@ from corral.core.cluster import Cluster, Topology
 from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
-from corral.engine.clock import VirtualClock
 from corral.engine.state import ClusterState
-from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import Controller
-from corral.live.store import Store
-from corral.live.virtual import VirtualAgent
 from corral.policies import make_policy
 from corral.policies.framework.contract import BasePolicy, allowed_types
 from corral.policies.framework.placement import PlacementStrategy
@@ -61,6 +57,7 @@ from corral.sim.traces import Trace, read_tiresias
 from corral.sim.traces.filters import scale_load
 from corral.workloads.data import data_file
 from corral.workloads.models import traits
+from virtual_live import NEUTRAL, virtual_controller
 
 # -- the configurations -------------------------------------------------------------------------------------------
 # Every registered policy runs with its defaults; these add one or two options that change how it decides.
@@ -466,19 +463,7 @@ def test_same_seed_same_decisions_in_another_process(spec: str, workload: str, o
 
 
 # -- 2. live parity -----------------------------------------------------------------------------------------------
-# What the virtual agent models: every job runs at rate 1.0 for its trace duration, alone on its GPUs; it reports
-# starts and exits, and (``checkpoints=True``) that each run checkpoints, so every job is movable as in the
-# simulator. The simulator's model is made as neutral: no locality penalty, no restore or resume cost, no demand
-# change.
-NEUTRAL = PerfModel(
-    spread_rate=1.0,
-    cross_rack_rate=1.0,
-    model_spread=False,
-    gpu_speed=False,
-    restore_s=0.0,
-    suspend_resume_s=0.0,
-    demand_variation=0.0,
-)
+# The virtual agent and the neutral performance model: tests/virtual_live.py.
 
 
 # A configuration that decides, on a trace, from what the virtual agent does not produce: what is missing.
@@ -515,20 +500,7 @@ PARITY = ("sixty", "tenants", "mixed")
 
 
 def _live(spec: str, w: Workload) -> Controller:
-    clock = VirtualClock()
-    topo = Topology(w.cluster)
-    gpus = [GpuInfo(g, "stand-in", topo.gpu_mem_mib[g], None, True) for g in range(topo.num_gpus)]
-    durations = {j.job_id: j.duration_s or 0.0 for j in w.trace.jobs}
-    agent = VirtualAgent(gpus, durations, clock, checkpoints=True)
-    controller = Controller(
-        cluster=w.cluster,
-        policy=make_policy(spec),
-        store=Store(":memory:"),
-        agent=agent,
-        clock=clock,
-        record_decisions=True,
-    )
-    controller.feed(w.trace.jobs)
+    controller = virtual_controller(w.trace, w.cluster, spec, checkpoints=True)
     controller.run_virtual(turns=4 * _rounds_budget(w.trace))  # a turn per report at most: bounded as the replay
     return controller
 
