@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import json
 import math
 import os
 import random
@@ -489,6 +490,15 @@ class Chaos:
             self.client.close()
             self.client = None
 
+    def _listening(self) -> bool:
+        """Whether the server we started holds its socket: its state dir's server.json names its pid."""
+        assert self.server is not None
+        try:
+            info = json.loads((self.state_dir / "server.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(info, dict) and info.get("pid") == self.server.pid
+
     def _kill(self, *, during_submit: Planned | None = None) -> None:
         """SIGKILL the server (while ``during_submit`` is being submitted, if given), act on the jobs it leaves
         running, and start the next one at once."""
@@ -589,7 +599,10 @@ class Chaos:
             self.killed_at = None
             self._spawn()
             return
-        if not _healthy(self.port):
+        # Answering on our port is not enough: another run's server may have taken the port between our pick and
+        # our bind, and answer until ours fails to bind and exits (its token is not ours: "unknown token"). Ours
+        # writes server.json with its pid once it holds its socket.
+        if not self._listening() or not _healthy(self.port):
             return
         if not self.token:
             self.token = (self.state_dir / "admin.token").read_text().strip()
