@@ -122,6 +122,13 @@ def main() -> None:
     )
     parser.add_argument("--device-steps", type=int, default=300, help="real training steps per run (--device)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --device: cProfile the loop and train_step runs, print the N functions with the most own time",
+    )
     ns = parser.parse_args()
     n = ns.steps
     figures: dict[str, Any] = {"script": "benchmarks/bench_job_overhead.py", "argv": sys.argv[1:], "empty": {}}
@@ -294,9 +301,25 @@ def device_section(wanted: str, ns: argparse.Namespace, agent_env: Callable[[flo
         per = best_of(ns.repeats, run) / steps
         print(f"{name:<40}{per * 1e3:>9.3f}{(per - ref) * 1e6:>19.1f}{(per - ref) / ref * 100:>10.2f}%")
         out["real"][name] = {"ms_per_step": per * 1e3, "us_over_bare": (per - ref) * 1e6}
+    if ns.profile:
+        profile_cases(cases[:2], ns.profile)
     if not cuda:
         print(f"*** {SMOKE_NOTE} ***")
     return out
+
+
+def profile_cases(cases: list[tuple[str, Callable[[], float]]], top: int) -> None:
+    """``--profile N``: where a real step's time goes in ``job.loop`` and ``job.train_step`` (cProfile, the N
+    functions with the most own time). cProfile's own cost inflates every call, so read it for the shares, not
+    the totals."""
+    import cProfile
+    import pstats
+
+    for name, run in cases:
+        prof = cProfile.Profile()
+        prof.runcall(run)
+        print(f"\nprofile: {name} (top {top} by own time)")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def test_bench_job_overhead_device_section_runs_on_the_cpu(tmp_path: Path, capsy
                 contract.ENV_REPORT_INTERVAL_S: str(interval_s),
             }
 
-        ns = argparse.Namespace(steps=200, repeats=1, device_steps=3)
+        ns = argparse.Namespace(steps=200, repeats=1, device_steps=3, profile=3)  # the profile runs too
         out = overhead.device_section("cuda", ns, agent_env)  # no CUDA here: a CPU smoke run, and it says so
     finally:
         peer.close()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("corral.job")
 
 DEFAULT_MAX_MICRO_BATCHES = 16
+
+PEAK_FIRST_STEPS = 3
+"""Steps of a rung whose peak memory is read after each: a first step needs less (the optimizer makes its state
+in it), so the ladder learns a rung's need from its first few steps."""
+PEAK_READ_EVERY_S = 0.5
+"""After those, the allocator's peak is read at most this often. A read costs tens of microseconds (torch builds
+and flattens the allocator's whole statistics dictionary): read and reset at every step it cost 60% of a 1 ms step
+on an H100 (docs/measurements.md). The allocator's peak counter keeps the maximum in between, so no peak is
+missed, only learnt up to this much later."""
 
 
 # -- the ladder -----------------------------------------------------------------------------------------------
@@ -390,9 +400,16 @@ class ElasticStep:
         """Steps that ran out of memory and were run again lower down the ladder."""
         self.partial_updates = 0
         """Optimizer steps that ran out of memory part way (see :meth:`run`)."""
+        # The peak window: the rung whose steps the allocator's peak counter covers since it was last reset (None:
+        # reset it at the next step); the rung whose reads are counted, how many, and when the last one was.
+        self._window_rung: int | None = None
+        self._counted_rung: int | None = None
+        self._rung_reads = 0
+        self._last_read = 0.0
 
     def set_cap(self, cap_mib: int | None) -> None:
         self.ladder.set_cap(cap_mib)
+        self._rung_reads = 0  # a new cap may let the ladder climb: read at the next steps, not 0.5 s later
 
     @property
     def rung(self) -> Rung:
@@ -421,7 +438,9 @@ class ElasticStep:
                 residency.optimizer_to_host()
             else:
                 residency.optimizer_to_device()
-            dev.reset_step_peak()
+            if self._window_rung != index:  # a new rung, or a retry after running out: measure from here
+                dev.reset_step_peak()
+                self._window_rung = index
             out_of_memory: BaseException | None = None
             loss_sum: torch.Tensor | None = None
             try:
@@ -431,7 +450,7 @@ class ElasticStep:
                         weight = batch_len(chunk) / n if n else 1.0
                         loss = loss_fn(chunk)
                         (loss * weight if weight != 1.0 else loss).backward()  # type: ignore[no-untyped-call]
-                        part = loss.detach() * weight
+                        part = loss.detach() * weight if weight != 1.0 else loss.detach()  # no kernel for * 1
                         loss_sum = part if loss_sum is None else loss_sum + part
                         del loss
                 dev.check_fits()
@@ -439,6 +458,7 @@ class ElasticStep:
                 out_of_memory = e
             if out_of_memory is not None:
                 loss_sum = None
+                self._window_rung = None
                 optimizer.zero_grad(set_to_none=True)
                 dev.release_cached()
                 try:
@@ -453,9 +473,21 @@ class ElasticStep:
             if before_step is not None:
                 before_step()
             self._optimizer_step(rung)
-            self.ladder.succeeded(index, dev.step_peak_mib())
+            self._read_peak(index)
             assert loss_sum is not None
             return loss_sum
+
+    def _read_peak(self, index: int) -> None:
+        """Tell the ladder rung ``index``'s peak after its first steps, then at most every
+        :data:`PEAK_READ_EVERY_S` (the counter spans the steps in between, all on this rung)."""
+        if index != self._counted_rung:
+            self._counted_rung, self._rung_reads = index, 0
+        now = time.monotonic()
+        if self._rung_reads < PEAK_FIRST_STEPS or now - self._last_read >= PEAK_READ_EVERY_S:
+            self._rung_reads += 1
+            self._last_read = now
+            self._window_rung = None
+            self.ladder.succeeded(index, self.device.step_peak_mib())
 
     def _optimizer_step(self, rung: Rung) -> None:
         if rung.optimizer_on_host:
