@@ -86,7 +86,7 @@ SMOKE_NOTE = "CPU smoke run: not a GPU figure"
 TARGET_SLOWDOWN = 1.05
 MIB = 1 << 20
 ENV_PREFIX = "CORRAL_"
-MODELS = ("resnet50", "resnet18", "transformer", "tiny-cnn", "tiny-mlp")
+MODELS = ("resnet50", "resnet18", "transformer", "bert-base", "tiny-cnn", "tiny-mlp")
 
 
 # ==============================================================================================================
@@ -327,6 +327,7 @@ def build_workload(name: str, batch: int, device: torch.device, *, precision: st
     g = torch.Generator().manual_seed(1)
     cuda = device.type == "cuda"
     channels_last = False
+    tokens = 0  # > 0: the inputs are token ids below it (a language model), not floats
     if name in ("resnet50", "resnet18"):
         try:
             import torchvision
@@ -338,6 +339,11 @@ def build_workload(name: str, batch: int, device: torch.device, *, precision: st
         layer = nn.TransformerEncoderLayer(1024, 16, 4096, dropout=0.0, batch_first=True, norm_first=True)
         model = nn.Sequential(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), nn.Linear(1024, 1000))
         shape, classes = (512, 1024), 1000
+    elif name == "bert-base":  # BERT-base's shape: 30,522-token embedding, 12 layers of 768, 12 heads, FF 3,072
+        layer = nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True, activation="gelu")
+        encoder = nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+        model = nn.Sequential(nn.Embedding(30522, 768), encoder, nn.Linear(768, 2))
+        shape, classes, tokens = (128,), 2, 30522
     elif name == "tiny-cnn":
         model = nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1),
@@ -359,7 +365,11 @@ def build_workload(name: str, batch: int, device: torch.device, *, precision: st
         model = model.to(memory_format=torch.channels_last)
     batches = []
     for _ in range(sets):
-        x = torch.randn(batch, *shape, generator=g)
+        x = (
+            torch.randint(0, tokens, (batch, *shape), generator=g)
+            if tokens
+            else torch.randn(batch, *shape, generator=g)
+        )
         y = torch.randint(0, classes, (batch,), generator=g)
         x = x.to(device)
         if channels_last:

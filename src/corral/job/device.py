@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from corral.job.pipeline import CopyPipeline
+
 _MIB = 1 << 20
 
 SAMPLE_EVERY_S = 0.02
@@ -127,6 +129,11 @@ class Device(Protocol):
     def release_cached(self) -> None:
         """Give the memory the allocator caches but does not use back to the GPU."""
 
+    def pipeline(self) -> CopyPipeline | None:
+        """A side stream for a pipelined restore (:mod:`corral.job.pipeline`), or ``None`` where copies cannot
+        overlap computation (a CPU job)."""
+        ...
+
 
 class TensorSource(Protocol):
     """Where a device finds the tensors a job keeps: its parameters and buffers, gradients and optimizer state."""
@@ -165,6 +172,7 @@ class TorchDevice:
         self._start: Any = None
         self._last_busy_s: float | None = None
         self._exact = False  # the last step was timed exactly (a throttled job): time every step
+        self._side: _CudaPipeline | None = None  # the side stream of pipelined restores, made at the first
         self._report_peak = 0  # bytes, since the last report
         self._step_peak = 0  # bytes, since the last reset_step_peak
         self._sampled_at = -math.inf  # perf_counter of the last step whose CUDA events were recorded
@@ -326,6 +334,43 @@ class TorchDevice:
 
             torch.cuda.empty_cache()
 
+    def pipeline(self) -> CopyPipeline | None:
+        if not self._probe():
+            return None
+        if self._side is None:
+            self._side = _CudaPipeline()
+        return self._side
+
+
+class _CudaPipeline:
+    """Copies on a side stream of the current device; events the compute (current) stream waits for."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+
+    def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
+        torch = self._torch
+        with torch.cuda.stream(self._side):
+            out = t.to(like, non_blocking=True)
+        # Made on the side stream, used on the compute stream: the allocator must not reuse its memory before
+        # the compute stream is done with it, should it ever be freed.
+        out.record_stream(torch.cuda.current_stream())
+        return out
+
+    def mark(self) -> object:
+        event = self._torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(self._side)
+        return event
+
+    def wait(self, event: object) -> None:
+        self._torch.cuda.current_stream().wait_event(event)  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        self._torch.cuda.current_stream().wait_stream(self._side)
+
 
 class _Saved:
     """An activation saved for the backward pass, counted on the simulated device while it lives."""
@@ -368,6 +413,8 @@ class SimulatedDevice:
         self._act_bytes = 0
         self._param_ptrs: set[int] = set()
         self._static_bytes = 0
+        self.pipeline_log: list[tuple[str, object]] = []
+        """The operations of pipelined restores, in order (:class:`_LoggedPipeline`)."""
         self._report_peak = 0
         self._step_peak = 0
         self.ooms = 0
@@ -518,3 +565,32 @@ class SimulatedDevice:
 
     def release_cached(self) -> None:
         self._recount()
+
+    def pipeline(self) -> CopyPipeline | None:
+        return _LoggedPipeline(self)
+
+
+class _LoggedPipeline:
+    """A pipelined restore on the simulated device: copies at once (there is one stream, the CPU), and every
+    operation appended to the device's :attr:`SimulatedDevice.pipeline_log` so that tests can check its order
+    against the forward pass: ``("copy", tensor)``, ``("mark", n)``, ``("wait", n)``, ``("finish", None)``."""
+
+    def __init__(self, device: SimulatedDevice) -> None:
+        self._device = device
+        self._marks = 0
+
+    def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
+        out = self._device.to_device(t, like)
+        self._device.pipeline_log.append(("copy", out))
+        return out
+
+    def mark(self) -> object:
+        self._marks += 1
+        self._device.pipeline_log.append(("mark", self._marks))
+        return self._marks
+
+    def wait(self, event: object) -> None:
+        self._device.pipeline_log.append(("wait", event))
+
+    def finish(self) -> None:
+        self._device.pipeline_log.append(("finish", None))

@@ -92,7 +92,10 @@ class Job:
     an agent or with a checkpoint directory); ``env`` replaces ``os.environ``; ``device`` replaces the default
     :class:`~corral.job.device.TorchDevice`; ``reconnect_s`` is the pause between attempts to reach the agent;
     ``verbose`` prints one line to stderr when the job resumes or checkpoints; ``max_micro_batches`` is the
-    deepest split of a batch the memory ladder of :meth:`train_step` uses (:mod:`corral.job.memory`).
+    deepest split of a batch the memory ladder of :meth:`train_step` uses (:mod:`corral.job.memory`);
+    ``pipelined_restore`` (on by default) puts an evicted job's state back on the GPU in layer groups that the
+    first step's layers wait for each (:mod:`corral.job.pipeline`): turn it off for a model that reads a
+    parameter outside its module's forward.
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class Job:
         reconnect_s: float = 2.0,
         verbose: bool = True,
         max_micro_batches: int = DEFAULT_MAX_MICRO_BATCHES,
+        pipelined_restore: bool = True,
     ) -> None:
         self.environment = JobEnvironment.from_env(os.environ if env is None else env)
         e = self.environment
@@ -166,6 +170,7 @@ class Job:
             if optimizer is not None:
                 self._elastic = ElasticStep(self._residency, self._device, max_micro_batches=max_micro_batches)
         self._elastic_used = False  # the script runs its steps through train_step (reports name the rung)
+        self._pipelined_restore = pipelined_restore
         self._duty = DutyCycle()
         self._throttled = False  # the duty cycle idles after each step (0 < share < 1)
         self._verbose = verbose
@@ -484,6 +489,8 @@ class Job:
     def _attend(self) -> None:
         """The boundary's slow path: restore generators after a resume, apply directives, checkpoint, pause."""
         self._attention = False
+        if self._residency is not None:
+            self._residency.settle()  # a pipelined restore's copies, before anything reads the state
         if self._pending_rng is not None:
             self._pending_rng.restore(self._loader_gens)
             self._pending_rng = None
@@ -622,7 +629,9 @@ class Job:
         if self._residency is None or not self._residency.evicted:
             return None
         t0 = time.perf_counter()
-        self._residency.restore()
+        self._residency.restore(pipelined=self._pipelined_restore)
+        if self._residency.pending:
+            self._attention = True  # the next boundary settles it (the copies overlap the step in between)
         return time.perf_counter() - t0
 
     def _send(self, message: contract.Message) -> None:

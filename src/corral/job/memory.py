@@ -44,6 +44,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from corral.job.device import Device
+from corral.job.pipeline import (
+    DEFAULT_GBPS,
+    CopyPipeline,
+    PendingRestore,
+    first_group_bytes,
+    leaf_modules,
+    plan_groups,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -246,6 +254,10 @@ class Residency:
         self.optimizer = optimizer
         self.device = device
         self._evicted: list[_Slot] | None = None  # what evict() moved, until restore(); None: not evicted
+        self._pending: PendingRestore | None = None  # a pipelined restore not yet settled
+        self.copy_gbps = DEFAULT_GBPS
+        """Bandwidth between host and device memory, as the last eviction measured it (GB/s): sizes the groups
+        of a pipelined restore."""
         self._opt_on_host: list[_Slot] = []
         self._opt_host_mode = False
 
@@ -304,22 +316,26 @@ class Residency:
             for state in self.optimizer.state.values():
                 self._move_items(state, out)
 
-    def _put_back(self, slots: list[_Slot]) -> None:
-        dev = self.device
+    def _put_back(
+        self, slots: list[_Slot], to_device: Callable[[torch.Tensor, torch.device], torch.Tensor] | None = None
+    ) -> None:
+        put = self.device.to_device if to_device is None else to_device
         # Parameters first: a gradient may only be set on a parameter already on its device.
         for slot in sorted(slots, key=lambda s: s.kind != "param"):
             if slot.kind == "param":
-                slot.holder.data = dev.to_device(slot.holder.data, slot.device)
+                slot.holder.data = put(slot.holder.data, slot.device)
             elif slot.kind == "grad":
-                slot.holder.grad = dev.to_device(slot.holder.grad, slot.device)
+                slot.holder.grad = put(slot.holder.grad, slot.device)
             else:
-                slot.holder[slot.key] = dev.to_device(slot.holder[slot.key], slot.device)
+                slot.holder[slot.key] = put(slot.holder[slot.key], slot.device)
         slots.clear()
 
     def evict(self) -> None:
         """Move everything to host memory and release the device's cached memory (idempotent)."""
         if self._evicted is not None:
             return
+        self.settle()
+        t0 = time.perf_counter()
         moved: list[_Slot] = []
         for p in self.parameters():
             self._move_param(p, moved)
@@ -328,20 +344,90 @@ class Residency:
                 self._move_items(module._buffers, moved)
         self._optimizer_items(moved)
         self.device.synchronize()  # the copies must land before the device memory they read is reused
+        took = time.perf_counter() - t0
+        nbytes = sum(_slot_bytes(slot) for slot in moved)
+        if took > 0 and nbytes >= 1 << 20:  # too little moved says more about fixed costs than bandwidth
+            self.copy_gbps = nbytes / took / 1e9
         self._evicted = moved
         self.device.release_cached()
 
-    def restore(self) -> None:
-        """Move back what :meth:`evict` moved (idempotent)."""
+    @property
+    def pending(self) -> bool:
+        """A pipelined restore's copies may still be on their way (until :meth:`settle`)."""
+        return self._pending is not None
+
+    def restore(self, *, pipelined: bool = False) -> None:
+        """Move back what :meth:`evict` moved (idempotent). With ``pipelined``, on a device that can (a GPU) and
+        with the model known, in layer groups on a side stream that the next step's layers wait for each
+        (:mod:`corral.job.pipeline`): the call returns once the copies are queued; :meth:`settle` at the next
+        boundary. Otherwise every copy has landed when it returns."""
         if self._evicted is None:
             return
-        self._put_back(self._evicted)
-        self._evicted = None
-        self.device.synchronize()
+        slots, self._evicted = self._evicted, None
+        pipe = self.device.pipeline() if pipelined and self.model is not None else None
+        if pipe is None:
+            self._put_back(slots)
+            self.device.synchronize()
+            return
+        self._pending = self._restore_in_groups(slots, pipe)
+
+    def _restore_in_groups(self, slots: list[_Slot], pipe: CopyPipeline) -> PendingRestore:
+        modules = leaf_modules(self.model)
+        owner: dict[int, int] = {}  # id of a parameter or of a module's buffer dict -> its module's index
+        for i, module in enumerate(modules):
+            for param in module._parameters.values():
+                if param is not None:
+                    owner.setdefault(id(param), i)
+            owner[id(module._buffers)] = i
+        per_module: list[list[_Slot]] = [[] for _ in modules]
+        loose: list[_Slot] = []  # parameters outside any module (used directly): needed before anything runs
+        optimizer: list[_Slot] = []  # the optimizer's state: needed at optimizer.step() only
+        for slot in slots:
+            at = owner.get(id(slot.holder))
+            if slot.kind == "grad":
+                # A script may zero its gradients in place (zero_grad(set_to_none=False)) before the forward pass
+                # and its hooks: they must have landed before anything runs.
+                loose.append(slot)
+            elif at is not None:
+                per_module[at].append(slot)
+            else:
+                (loose if slot.kind == "param" else optimizer).append(slot)
+        pending = PendingRestore(pipe)
+        if loose:
+            self._put_back(loose, pipe.copy)
+            pipe.wait(pipe.mark())
+        parents = _parents(self.model)
+        sizes = [sum(_slot_bytes(slot) for slot in group) for group in per_module]
+        for group in plan_groups(sizes, first_group_bytes(self.copy_gbps)):
+            members = [i for i in group if per_module[i]]
+            if not members:
+                continue
+            self._put_back([slot for i in members for slot in per_module[i]], pipe.copy)
+            event = pipe.mark()
+            for i in members:
+                pending.wait_before(modules[i], event)
+                # Its parent too (not the model itself): a block may read a child's parameters without calling
+                # the child (nn.MultiheadAttention reads out_proj.weight itself). The wait is on the stream, so
+                # whichever hook fires first orders everything after it.
+                parent = parents.get(id(modules[i]))
+                if parent is not None and parent is not self.model:
+                    pending.wait_before(parent, event)
+        if optimizer:
+            self._put_back(optimizer, pipe.copy)
+            if self.optimizer is not None:
+                pending.wait_before_step(self.optimizer, pipe.mark())
+        return pending
+
+    def settle(self) -> None:
+        """A pipelined restore's copies are all waited for, its unused hooks removed (no-op when none is)."""
+        if self._pending is not None:
+            self._pending.settle()
+            self._pending = None
 
     def optimizer_to_host(self) -> None:
         """Keep the optimizer's state in host memory from now on (idempotent)."""
         if not self._opt_host_mode:
+            self.settle()  # the state may still be on its way back from a pipelined restore
             self._opt_host_mode = True
             self._optimizer_items(self._opt_on_host)
             self.device.synchronize()
@@ -370,6 +456,7 @@ class Residency:
     def host_optimizer_step(self) -> None:
         """Run the optimizer step in host memory: parameters and gradients copied to the host, stepped there
         (the state is there already), the parameters copied back; gradients are dropped (they were consumed)."""
+        self.settle()
         moved: list[_Slot] = []
         for p in self.parameters():
             if p.grad is not None:
@@ -383,6 +470,21 @@ class Residency:
             if s.kind == "grad":
                 s.holder.grad = None
         self._put_back(params)
+
+
+def _parents(model: Any) -> dict[int, Any]:
+    """id of each submodule of ``model`` -> the module it is registered in."""
+    return {id(child): module for module in model.modules() for child in module.children()}
+
+
+def _slot_bytes(slot: _Slot) -> int:
+    if slot.kind == "param":
+        t = slot.holder.data
+    elif slot.kind == "grad":
+        t = slot.holder.grad
+    else:
+        t = slot.holder[slot.key]
+    return int(t.nelement() * t.element_size())
 
 
 # -- running a step ----------------------------------------------------------------------------------------------
