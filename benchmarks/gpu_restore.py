@@ -56,9 +56,12 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
         if not smoke:
             torch.cuda.synchronize()
 
-    def step() -> None:
-        b = batches[state["i"] % len(batches)]
-        state["i"] += 1
+    def step(index: int | None = None) -> None:
+        """One training step, on the next batch (or batch ``index``)."""
+        if index is None:
+            index = state["i"]
+            state["i"] += 1
+        b = batches[index % len(batches)]
         optimizer.zero_grad(set_to_none=True)
         work.loss_fn(b).backward()
         optimizer.step()
@@ -93,6 +96,7 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
         residency.restore()
         sync()
         runs["copy"].append(time.perf_counter() - t0)
+    exact = same_after_restores(residency, step, sync, torch) if ns.check else None
     sizes = [
         sum(t.nelement() * t.element_size() for t in [*m._parameters.values(), *m._buffers.values()] if t is not None)
         for m in leaf_modules(model)
@@ -112,7 +116,32 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
         "plain_overhead_ms": round(med["plain"] - step_ms, 3),
         "pipelined_overhead_ms": round(med["pipelined"] - step_ms, 3),
         "repeats": ns.repeats,
+        "bit_exact": exact,
     }
+
+
+def same_after_restores(residency: Residency, step: Any, sync: Any, torch: Any) -> bool:
+    """``--check``: from one saved state, a plain restore and a step, then a pipelined restore and the same step
+    (deterministic kernels): the parameters and the optimizer's state must be equal bit for bit (a copy that
+    landed after the kernel reading it would show here)."""
+    import copy
+
+    model, optimizer = residency.model, residency.optimizer
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    saved = copy.deepcopy((model.state_dict(), optimizer.state_dict()))
+    results = []
+    for pipelined in (False, True):
+        model.load_state_dict(saved[0])
+        optimizer.load_state_dict(saved[1])
+        sync()
+        residency.evict()
+        residency.restore(pipelined=pipelined)
+        step(0)
+        sync()
+        residency.settle()
+        results.append([t.detach().clone() for t in residency.tensors()])
+    return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -122,6 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=10, help="steps before measuring")
     p.add_argument("--steps", type=int, default=20, help="normal steps for the median")
     p.add_argument("--repeats", type=int, default=7, help="evict/restore cycles per kind")
+    p.add_argument("--check", action="store_true", help="also check a pipelined restore is bit-exact (slow kernels)")
     p.add_argument("--smoke", action="store_true", help="CPU smoke run (a tiny model, simulated device)")
     p.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     ns = p.parse_args(argv)
@@ -140,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"({r['copy_gbps']} GB/s); step {r['step_ms']:.2f} ms; copy alone {r['copy_ms']:.2f} ms; "
             f"restore + first step: plain {r['plain_ms']:.2f} ms (+{r['plain_overhead_ms']:.2f}), "
             f"pipelined {r['pipelined_ms']:.2f} ms (+{r['pipelined_overhead_ms']:.2f})"
+            + ("" if r["bit_exact"] is None else f"; bit-exact after a pipelined restore: {r['bit_exact']}")
         )
     print(f"PipeSwitch's start-up overhead (inference): {PIPESWITCH_MS[0]}-{PIPESWITCH_MS[1]} ms")
     if smoke:

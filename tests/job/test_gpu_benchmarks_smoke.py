@@ -205,8 +205,11 @@ def test_bench_job_overhead_device_section_runs_on_the_cpu(tmp_path: Path, capsy
 def test_gpu_restore_smoke_times_plain_and_pipelined_restores(tmp_path: Path) -> None:
     restore = load("gpu_restore")
     path = tmp_path / "restore.json"
-    result = restore.main(["--smoke", "--warmup", "1", "--steps", "2", "--repeats", "2", "--json", str(path)])
+    result = restore.main(
+        ["--smoke", "--warmup", "1", "--steps", "2", "--repeats", "2", "--check", "--json", str(path)]
+    )
     assert json.loads(path.read_text())["note"] == result["note"] == load("gpu_colocation").SMOKE_NOTE
     (row,) = result["models"]
     assert row["state_mib"] > 0 and row["groups"] >= 1
     assert row["plain_ms"] > 0 and row["pipelined_ms"] > 0 and row["copy_ms"] > 0
+    assert row["bit_exact"] is True
