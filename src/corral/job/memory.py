@@ -380,21 +380,25 @@ class Residency:
                     owner.setdefault(id(param), i)
             owner[id(module._buffers)] = i
         per_module: list[list[_Slot]] = [[] for _ in modules]
+        grads: list[_Slot] = []
         loose: list[_Slot] = []  # parameters outside any module (used directly): needed before anything runs
         optimizer: list[_Slot] = []  # the optimizer's state: needed at optimizer.step() only
         for slot in slots:
             at = owner.get(id(slot.holder))
             if slot.kind == "grad":
-                # A script may zero its gradients in place (zero_grad(set_to_none=False)) before the forward pass
-                # and its hooks: they must have landed before anything runs.
-                loose.append(slot)
+                grads.append(slot)
             elif at is not None:
                 per_module[at].append(slot)
             else:
                 (loose if slot.kind == "param" else optimizer).append(slot)
         pending = PendingRestore(pipe)
+        # Gradients first, waited for at once: a script may zero them in place (zero_grad(set_to_none=False))
+        # before the forward pass and its hooks. They are set on their parameters at the end: a gradient may only
+        # be set on a parameter already on its device.
+        landed = [(slot, pipe.copy(slot.holder.grad, slot.device)) for slot in grads]
         if loose:
             self._put_back(loose, pipe.copy)
+        if landed or loose:
             pipe.wait(pipe.mark())
         parents = _parents(self.model)
         sizes = [sum(_slot_bytes(slot) for slot in group) for group in per_module]
@@ -416,6 +420,8 @@ class Residency:
             self._put_back(optimizer, pipe.copy)
             if self.optimizer is not None:
                 pending.wait_before_step(self.optimizer, pipe.mark())
+        for slot, grad in landed:
+            slot.holder.grad = grad
         return pending
 
     def settle(self) -> None:
