@@ -48,6 +48,8 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
     model, batches = work.model, work.batches
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     dev: Any = SimulatedDevice(capacity_mib=1 << 16) if smoke else TorchDevice()
+    if ns.keep_cache:  # an experiment: does the allocator's emptied cache (cudaMalloc on restore) cost the time?
+        dev.release_cached = lambda: None
     residency = Residency(model, optimizer, dev)
     dev.attach(residency)
     state = {"i": 0}
@@ -79,13 +81,18 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
     # Gradients exist at a boundary (set to None only at the next step's start): keep them, as a job's would be.
     nbytes = sum(t.nelement() * t.element_size() for t in residency.tensors())
 
-    runs: dict[str, list[float]] = {"plain": [], "pipelined": [], "copy": []}
+    kinds = ("plain", "pipelined", "side")  # side: the pipelined copies, but waited for before the step
+    runs: dict[str, list[float]] = {k: [] for k in (*kinds, "copy")}
+    calls: dict[str, list[float]] = {k: [] for k in kinds}  # the restore call alone (CPU: queuing the copies)
     for r in range(ns.repeats):
-        for how in ("plain", "pipelined") if r % 2 == 0 else ("pipelined", "plain"):
+        for how in kinds[r % 3 :] + kinds[: r % 3]:
             residency.evict()
             sync()
             t0 = time.perf_counter()
-            residency.restore(pipelined=how == "pipelined")
+            residency.restore(pipelined=how != "plain")
+            calls[how].append(time.perf_counter() - t0)
+            if how == "side":
+                residency.settle()
             step()
             sync()
             runs[how].append(time.perf_counter() - t0)
@@ -115,12 +122,14 @@ def measure(name: str, batch: int, ns: argparse.Namespace, smoke: bool) -> dict[
         "pipelined_ms": round(med["pipelined"], 3),
         "plain_overhead_ms": round(med["plain"] - step_ms, 3),
         "pipelined_overhead_ms": round(med["pipelined"] - step_ms, 3),
+        "side_ms": round(med["side"], 3),
+        "restore_call_ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in calls.items()},
         "repeats": ns.repeats,
         "bit_exact": exact,
     }
 
 
-def same_after_restores(residency: Residency, step: Any, sync: Any, torch: Any) -> bool:
+def same_after_restores(residency: Residency, step: Any, sync: Any, torch: Any) -> dict[str, bool]:
     """``--check``: from one saved state, a plain restore and a step, then a pipelined restore and the same step
     (deterministic kernels): the parameters and the optimizer's state must be equal bit for bit (a copy that
     landed after the kernel reading it would show here)."""
@@ -131,7 +140,7 @@ def same_after_restores(residency: Residency, step: Any, sync: Any, torch: Any) 
     torch.backends.cudnn.deterministic = True
     saved = copy.deepcopy((model.state_dict(), optimizer.state_dict()))
     results = []
-    for pipelined in (False, True):
+    for pipelined in (False, False, True):  # plain twice: the control (is the step itself deterministic here?)
         model.load_state_dict(saved[0])
         optimizer.load_state_dict(saved[1])
         sync()
@@ -141,7 +150,11 @@ def same_after_restores(residency: Residency, step: Any, sync: Any, torch: Any) 
         sync()
         residency.settle()
         results.append([t.detach().clone() for t in residency.tensors()])
-    return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+    def same(x: list[Any], y: list[Any]) -> bool:
+        return all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
+
+    return {"plain_vs_plain": same(results[0], results[1]), "pipelined_vs_plain": same(results[0], results[2])}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -151,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=10, help="steps before measuring")
     p.add_argument("--steps", type=int, default=20, help="normal steps for the median")
     p.add_argument("--repeats", type=int, default=7, help="evict/restore cycles per kind")
+    p.add_argument("--keep-cache", action="store_true", help="evict without emptying the allocator's cache")
     p.add_argument("--check", action="store_true", help="also check a pipelined restore is bit-exact (slow kernels)")
     p.add_argument("--smoke", action="store_true", help="CPU smoke run (a tiny model, simulated device)")
     p.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
@@ -170,7 +184,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"({r['copy_gbps']} GB/s); step {r['step_ms']:.2f} ms; copy alone {r['copy_ms']:.2f} ms; "
             f"restore + first step: plain {r['plain_ms']:.2f} ms (+{r['plain_overhead_ms']:.2f}), "
             f"pipelined {r['pipelined_ms']:.2f} ms (+{r['pipelined_overhead_ms']:.2f})"
-            + ("" if r["bit_exact"] is None else f"; bit-exact after a pipelined restore: {r['bit_exact']}")
+            + f"; side stream, waited before the step: {r['side_ms']:.2f} ms; restore call (CPU) {r['restore_call_ms']}"
+            + ("" if r["bit_exact"] is None else f"; bit-exact: {r['bit_exact']}")
         )
     print(f"PipeSwitch's start-up overhead (inference): {PIPESWITCH_MS[0]}-{PIPESWITCH_MS[1]} ms")
     if smoke:

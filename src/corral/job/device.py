@@ -350,14 +350,26 @@ class _CudaPipeline:
 
         self._torch = torch
         self._side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        self._compute = torch.cuda.current_stream()
+        self._ready: dict[int, torch.Tensor] = {}  # id of a host tensor -> its destination (prepare)
 
-    def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
+    def prepare(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
+        # Every destination allocated before the first copy is queued: an allocation the caching allocator must
+        # ask the driver for (cudaMalloc, after an eviction emptied the cache) may wait for the copies queued
+        # before it, which would make the pipelined copies synchronous for the CPU.
         torch = self._torch
         with torch.cuda.stream(self._side):
-            out = t.to(like, non_blocking=True)
+            self._ready = {id(t): torch.empty_like(t, device=like) for t, like in sources}
+
+    def copying(self) -> AbstractContextManager[object]:
+        return self._torch.cuda.stream(self._side)
+
+    def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
+        ready = self._ready.pop(id(t), None)
+        out = t.to(like, non_blocking=True) if ready is None else ready.copy_(t, non_blocking=True)
         # Made on the side stream, used on the compute stream: the allocator must not reuse its memory before
         # the compute stream is done with it, should it ever be freed.
-        out.record_stream(torch.cuda.current_stream())
+        out.record_stream(self._compute)
         return out
 
     def mark(self) -> object:
@@ -578,6 +590,12 @@ class _LoggedPipeline:
     def __init__(self, device: SimulatedDevice) -> None:
         self._device = device
         self._marks = 0
+
+    def prepare(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
+        self._device.pipeline_log.append(("prepare", len(sources)))
+
+    def copying(self) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
     def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
         out = self._device.to_device(t, like)

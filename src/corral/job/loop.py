@@ -93,9 +93,10 @@ class Job:
     :class:`~corral.job.device.TorchDevice`; ``reconnect_s`` is the pause between attempts to reach the agent;
     ``verbose`` prints one line to stderr when the job resumes or checkpoints; ``max_micro_batches`` is the
     deepest split of a batch the memory ladder of :meth:`train_step` uses (:mod:`corral.job.memory`);
-    ``pipelined_restore`` (on by default) puts an evicted job's state back on the GPU in layer groups that the
-    first step's layers wait for each (:mod:`corral.job.pipeline`): turn it off for a model that reads a
-    parameter outside its module's forward.
+    ``pipelined_restore`` puts an evicted job's state back on the GPU in layer groups that the first step's
+    layers wait for each (:mod:`corral.job.pipeline`); off by default: on an H100 it has not been faster yet
+    (docs/measurements.md, section 5), and a model that reads a parameter outside its module's forward must not
+    use it.
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class Job:
         reconnect_s: float = 2.0,
         verbose: bool = True,
         max_micro_batches: int = DEFAULT_MAX_MICRO_BATCHES,
-        pipelined_restore: bool = True,
+        pipelined_restore: bool = False,
     ) -> None:
         self.environment = JobEnvironment.from_env(os.environ if env is None else env)
         e = self.environment

@@ -395,8 +395,9 @@ class Residency:
         # Gradients first, waited for at once: a script may zero them in place (zero_grad(set_to_none=False))
         # before the forward pass and its hooks. They are set on their parameters at the end: a gradient may only
         # be set on a parameter already on its device.
-        landed = [(slot, pipe.copy(slot.holder.grad, slot.device)) for slot in grads]
-        if loose:
+        pipe.prepare([(_slot_tensor(slot), slot.device) for slot in slots])
+        with pipe.copying():
+            landed = [(slot, pipe.copy(slot.holder.grad, slot.device)) for slot in grads]
             self._put_back(loose, pipe.copy)
         if landed or loose:
             pipe.wait(pipe.mark())
@@ -406,7 +407,8 @@ class Residency:
             members = [i for i in group if per_module[i]]
             if not members:
                 continue
-            self._put_back([slot for i in members for slot in per_module[i]], pipe.copy)
+            with pipe.copying():
+                self._put_back([slot for i in members for slot in per_module[i]], pipe.copy)
             event = pipe.mark()
             for i in members:
                 pending.wait_before(modules[i], event)
@@ -417,7 +419,8 @@ class Residency:
                 if parent is not None and parent is not self.model:
                     pending.wait_before(parent, event)
         if optimizer:
-            self._put_back(optimizer, pipe.copy)
+            with pipe.copying():
+                self._put_back(optimizer, pipe.copy)
             if self.optimizer is not None:
                 pending.wait_before_step(self.optimizer, pipe.mark())
         for slot, grad in landed:
@@ -483,13 +486,17 @@ def _parents(model: Any) -> dict[int, Any]:
     return {id(child): module for module in model.modules() for child in module.children()}
 
 
-def _slot_bytes(slot: _Slot) -> int:
+def _slot_tensor(slot: _Slot) -> torch.Tensor:
+    """The host tensor ``slot`` holds while evicted."""
     if slot.kind == "param":
-        t = slot.holder.data
-    elif slot.kind == "grad":
-        t = slot.holder.grad
-    else:
-        t = slot.holder[slot.key]
+        return slot.holder.data  # type: ignore[no-any-return]
+    if slot.kind == "grad":
+        return slot.holder.grad  # type: ignore[no-any-return]
+    return slot.holder[slot.key]  # type: ignore[no-any-return]
+
+
+def _slot_bytes(slot: _Slot) -> int:
+    t = _slot_tensor(slot)
     return int(t.nelement() * t.element_size())
 
 

@@ -1,5 +1,9 @@
 """Pipelined restore: an evicted job's state goes back to the GPU in layer groups while its first step computes.
 
+Opt-in (``Job(pipelined_restore=True)``): measured on an H100 it was not faster than a plain restore yet, because
+the copies were synchronous for the CPU (docs/measurements.md, section 5); :meth:`CopyPipeline.prepare` is the
+change made for that, not measured on a GPU yet.
+
 PipeSwitch (OSDI'20, §4.2 "pipelined model transmission") observed that a model's layers run in order, so the
 first layers can compute while the later ones are still on their way to the GPU. Here: when an evicted job
 resumes, :meth:`~corral.job.memory.Residency.restore` copies the parameters, buffers and gradients of each group
@@ -31,6 +35,7 @@ with ``Job(pipelined_restore=False)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -48,8 +53,16 @@ DEFAULT_GBPS = 20.0
 class CopyPipeline(Protocol):
     """A side stream for copies, with events the compute stream can wait for (a device's half of the work)."""
 
+    def prepare(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
+        """The destinations of the copies to come (host tensor, device), allocated now, before any is queued."""
+
+    def copying(self) -> AbstractContextManager[object]:
+        """The side stream made current, for a batch of :meth:`copy` (entered once per group: switching streams
+        costs the CPU microseconds per switch)."""
+        ...
+
     def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
-        """``t`` (in host memory) copied to ``like`` on the side stream, after the copies queued before."""
+        """``t`` (in host memory) copied to ``like``, inside :meth:`copying`, after the copies queued before."""
         ...
 
     def mark(self) -> object:
