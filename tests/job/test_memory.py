@@ -295,9 +295,11 @@ def test_evict_and_restore_are_bit_exact_and_release_device_memory() -> None:
     assert all(torch.equal(a, b) for a, b in zip(state_tensors(ref, ref_opt), state_tensors(model, opt), strict=True))
 
 
-def test_an_evicting_pause_from_the_agent_moves_the_state_out_and_back(peer: Any) -> None:
+@pytest.mark.parametrize("pipelined", [False, True], ids=["plain", "pipelined"])
+def test_an_evicting_pause_from_the_agent_moves_the_state_out_and_back(peer: Any, pipelined: bool) -> None:
     """``Pause(evict=True)`` over the real channel: the job gives its device memory back, says so and how long
-    it took, and after ``Resume`` trains on exactly as if it had never stopped."""
+    it took, and after ``Resume`` trains on exactly as if it had never stopped (also with a pipelined restore,
+    settled at the next boundary)."""
     from job_agent_peer import Runner, agent_env, wait_until
 
     from corral.core import contract
@@ -315,7 +317,10 @@ def test_an_evicting_pause_from_the_agent_moves_the_state_out_and_back(peer: Any
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     dev = SimulatedDevice(capacity_mib=4096)
     env = agent_env(peer, **{contract.ENV_REPORT_INTERVAL_S: "0.05"})
-    job = Job(model=model, optimizer=opt, device=dev, env=env, handle_sigterm=False, verbose=False)
+    job = Job(
+        model=model, optimizer=opt, device=dev, env=env, handle_sigterm=False, verbose=False,
+        pipelined_restore=pipelined,
+    )  # fmt: skip
     gate = threading.Event()
 
     def body() -> None:
@@ -342,6 +347,8 @@ def test_an_evicting_pause_from_the_agent_moves_the_state_out_and_back(peer: Any
     assert all(torch.equal(a, b) for a, b in zip(state_tensors(ref, ref_opt), state_tensors(model, opt), strict=True))
     reports = peer.received(contract.StepReport)
     assert reports and all(r.mem_mode == "full" and r.mem_need_mib for r in reports)
+    log = [kind for kind, _ in dev.pipeline_log]
+    assert (log.count("mark") >= 2 and log[-1] == "finish") if pipelined else not log
 
 
 def test_a_plain_pause_keeps_device_memory(peer: Any) -> None:
