@@ -24,7 +24,13 @@ from corral.core.placement import Placement
 from corral.policies import make_policy
 from corral.policies.framework.contract import BasePolicy
 from corral.policies.framework.view import ClusterView
-from corral.sim.failures import FailureRate, parse_failure_rate, random_node_failures, read_node_failures
+from corral.sim.failures import (
+    BadFailureRows,
+    FailureRate,
+    parse_failure_rate,
+    random_node_failures,
+    read_node_failures,
+)
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import Trace
@@ -389,3 +395,24 @@ def test_drawn_failure_counts_are_plausible() -> None:
     result = replay(jobs, c, "fifo", stream)
     makespan_h = result.summary["makespan_s"] / 3600
     assert 0 < result.summary["node_failures"] <= math.ceil(4 * makespan_h / 0.5 * 3)
+
+
+def test_every_bad_row_of_a_failure_file_is_reported_at_once(tmp_path: Path) -> None:
+    text = "time_s,node,event\n5,n0,lost\n-1,n0,lost\n6,n7,lost\n7,n0,down\n8,n0,lost\n9,n1,joined\n10,n0,joined\n"
+    path = write(tmp_path, text)
+    with pytest.raises(BadFailureRows) as got:
+        read_node_failures(path, cluster(nodes=2, gpus=1))
+    err = got.value
+    assert [e.line for e in err.rows] == [3, 4, 5, 6, 7]  # in line order, the order checks' among the rows'
+    assert err.line == 3 and err.column == "time_s"  # located as the first bad row
+    lines = str(err).splitlines()
+    assert lines[0].endswith(
+        "failures.csv:3: bad time; column 'time_s'; expected seconds >= 0 (ASCII digits); got '-1'"
+    )
+    assert "failures.csv:6: node 'n0' is lost already (at line 2)" in lines[3]
+    assert "failures.csv:7: node 'n1' is up at 9 s" in lines[4]
+    assert lines[-1] == "(5 bad rows in all)"
+    many = write(tmp_path, "time_s,node,event\n" + "x,n0,lost\n" * 25, "many.csv")
+    with pytest.raises(BadFailureRows) as got:
+        read_node_failures(many, cluster(nodes=2, gpus=1))
+    assert str(got.value).splitlines()[-1] == "... and 5 more bad rows (25 bad rows in all)"

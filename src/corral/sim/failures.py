@@ -17,7 +17,8 @@ events from agents that die and nodes that come back).
 
 Rows are taken in time order (rows of one time in file order). Every node starts up; a node's rows must
 alternate, ``lost`` first. Anything else stops the run with the file, line, column, what was expected and what was
-found (``failures.csv:4: node 'n3' is lost already (at line 2); column 'event'; expected joined; got 'lost'``).
+found (``failures.csv:4: node 'n3' is lost already (at line 2); column 'event'; expected joined; got 'lost'``),
+for every bad row of the file at once (the first 20 listed, the rest counted), as for a trace.
 Blank lines are skipped.
 
 **Failures at a rate** (``--node-failure-rate mtbf_h=H,repair_h=H[,seed=N]``): each node fails after a time drawn
@@ -43,6 +44,7 @@ from corral.core.cluster import Cluster
 from corral.core.errors import ConfigError, InputError
 from corral.core.events import NodeJoined, NodeLost
 from corral.core.wording import plural
+from corral.sim.traces._rows import ROWS_SHOWN
 
 NodeEvent = NodeLost | NodeJoined
 NodeEvents = Iterator[tuple[float, NodeEvent]]
@@ -98,72 +100,117 @@ def read_node_failures(path: str | Path, cluster: Cluster) -> list[tuple[float, 
             got=",".join(header),
         )
     names = {n.name for n in cluster.nodes}
+    bad: list[InputError] = []  # every bad row, reported together at the end (as a trace's are)
     parsed: list[tuple[float, int, str, bool, str]] = []  # (time, line, node, lost?, reason)
     for index in range(header_line + 1, len(rows)):
         row = rows[index]
-        line = index + 1
         if not any(cell.strip() for cell in row):
             continue
-        if len(row) != len(header):
-            raise InputError(
-                f"the row has {plural(len(row), 'field')} but the header has {plural(len(header), 'column')}",
-                file=source,
-                line=line,
-                expected=f"{len(header)} comma-separated fields, as in the header: {','.join(header)}",
-                got=",".join(row),
-            )
-        cell = row[where["time_s"]].strip()
-        if not _NUMBER.fullmatch(cell) or not math.isfinite(float(cell)):
-            raise InputError(
-                "bad time", file=source, line=line, column="time_s", expected="seconds >= 0 (ASCII digits)", got=cell
-            )
-        time_s = float(cell)
-        node = row[where["node"]].strip()
-        if node not in names:
-            known = ", ".join(n.name for n in cluster.nodes[:5]) + (", ..." if len(cluster.nodes) > 5 else "")
-            raise InputError(
-                f"no such node in cluster {cluster.name!r}",
-                file=source,
-                line=line,
-                column="node",
-                expected=f"a node name of the cluster ({known})",
-                got=node,
-            )
-        event = row[where["event"]].strip().lower()
-        if event not in EVENTS:
-            got = row[where["event"]]
-            raise InputError("bad event", file=source, line=line, column="event", expected=" or ".join(EVENTS), got=got)
-        reason = row[where["reason"]].strip() if "reason" in where else ""
-        parsed.append((time_s, line, node, event == "lost", reason or "failure file"))
+        try:
+            parsed.append(_row(row, header, where, names, cluster, source, index + 1))
+        except InputError as err:
+            bad.append(err)
     parsed.sort(key=lambda r: (r[0], r[1]))
     lost_at: dict[str, int] = {}  # node -> line of the row that took it down
     out: list[tuple[float, NodeEvent]] = []
     for time_s, line, node, lost, reason in parsed:
         if lost:
             if node in lost_at:
-                raise InputError(
-                    f"node {node!r} is lost already (at line {lost_at[node]})",
-                    file=source,
-                    line=line,
-                    column="event",
-                    expected="joined",
-                    got="lost",
+                bad.append(
+                    InputError(
+                        f"node {node!r} is lost already (at line {lost_at[node]})",
+                        file=source,
+                        line=line,
+                        column="event",
+                        expected="joined",
+                        got="lost",
+                    )
                 )
+                continue
             lost_at[node] = line
             out.append((time_s, NodeLost(node, reason)))
         else:
             if node not in lost_at:
-                raise InputError(
-                    f"node {node!r} is up at {time_s:g} s (every node starts up)",
-                    file=source,
-                    line=line,
-                    column="event",
-                    expected="lost",
-                    got="joined",
+                bad.append(
+                    InputError(
+                        f"node {node!r} is up at {time_s:g} s (every node starts up)",
+                        file=source,
+                        line=line,
+                        column="event",
+                        expected="lost",
+                        got="joined",
+                    )
                 )
+                continue
             del lost_at[node]
             out.append((time_s, NodeJoined(node)))
+    if len(bad) == 1:
+        raise bad[0]
+    if bad:
+        raise BadFailureRows(sorted(bad, key=lambda e: e.line or 0))
     return out
+
+
+def _row(
+    row: list[str],
+    header: list[str],
+    where: dict[str, int],
+    names: set[str],
+    cluster: Cluster,
+    source: str,
+    line: int,
+) -> tuple[float, int, str, bool, str]:
+    """One data row as (time, line, node, lost?, reason), or the InputError saying what is wrong with it."""
+    if len(row) != len(header):
+        raise InputError(
+            f"the row has {plural(len(row), 'field')} but the header has {plural(len(header), 'column')}",
+            file=source,
+            line=line,
+            expected=f"{len(header)} comma-separated fields, as in the header: {','.join(header)}",
+            got=",".join(row),
+        )
+    cell = row[where["time_s"]].strip()
+    if not _NUMBER.fullmatch(cell) or not math.isfinite(float(cell)):
+        raise InputError(
+            "bad time", file=source, line=line, column="time_s", expected="seconds >= 0 (ASCII digits)", got=cell
+        )
+    time_s = float(cell)
+    node = row[where["node"]].strip()
+    if node not in names:
+        known = ", ".join(n.name for n in cluster.nodes[:5]) + (", ..." if len(cluster.nodes) > 5 else "")
+        raise InputError(
+            f"no such node in cluster {cluster.name!r}",
+            file=source,
+            line=line,
+            column="node",
+            expected=f"a node name of the cluster ({known})",
+            got=node,
+        )
+    event = row[where["event"]].strip().lower()
+    if event not in EVENTS:
+        got = row[where["event"]]
+        raise InputError("bad event", file=source, line=line, column="event", expected=" or ".join(EVENTS), got=got)
+    reason = row[where["reason"]].strip() if "reason" in where else ""
+    return time_s, line, node, event == "lost", reason or "failure file"
+
+
+class BadFailureRows(InputError):
+    """Every bad row of a failure file, in one error: the first :data:`ROWS_SHOWN` in line order, one per line,
+    then how many more. The located fields are the first bad row's (as one :class:`InputError` would have)."""
+
+    def __init__(self, rows: Sequence[InputError]) -> None:
+        self.rows = tuple(rows)
+        first = self.rows[0]
+        super().__init__(
+            first.message, file=first.file, line=first.line, column=first.column, expected=first.expected, got=first.got
+        )
+
+    def _render(self) -> str:
+        lines = [str(row) for row in self.rows[:ROWS_SHOWN]]
+        left = len(self.rows) - ROWS_SHOWN
+        more = f"... and {plural(left, 'more bad row')} " if left > 0 else ""
+        lines.append(f"{more}({plural(len(self.rows), 'bad row')} in all)")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
