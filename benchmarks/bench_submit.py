@@ -11,8 +11,14 @@ machine. For each job it reports:
 - ``running``: to the first line of the job's own Python code (the job prints ``time.time()``): adds the
   interpreter start of the job itself, which is the user's, not corral's.
 
+With ``--torch`` each job is a training script's start instead (issue 19's cold start): it imports torch and
+``corral.job``, builds a small model and prints the time at its first step in ``job.loop``; ``running`` is then
+submit to first step, and the script's own phases (interpreter start to ``import torch`` done, ``corral.job``
+imported, first step) are printed too: what a warm standby worker would save.
+
     python benchmarks/bench_submit.py            # 30 jobs
     python benchmarks/bench_submit.py --jobs 100
+    python benchmarks/bench_submit.py --torch --jobs 10
 """
 
 from __future__ import annotations
@@ -35,6 +41,20 @@ from corral.live.client import Client
 
 TARGET_MS = 200.0
 
+# A training script's start, each phase stamped: interpreter up, torch imported, corral.job imported, model built,
+# first step begun (a CPU job: stand-in GPUs).
+TORCH_JOB = """import time; t = [time.time()]
+import torch; t.append(time.time())
+from corral.job import Job; t.append(time.time())
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1); t.append(time.time())
+job = Job(model=model, optimizer=opt)
+for _ in job.loop(range(1)):
+    t.append(time.time())
+print(*map(repr, t))
+"""
+PHASES = ("interpreter up", "torch imported", "corral.job imported", "model built", "first step")
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -46,6 +66,7 @@ def _free_port() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=30)
+    parser.add_argument("--torch", action="store_true", help="jobs that import torch and corral.job (cold start)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,20 +92,30 @@ def main() -> None:
         try:
             wait_healthy(url, server, 60)
             client = Client(url, (state / "admin.token").read_text().strip())
-            command = [sys.executable, "-c", "import time; print(repr(time.time()))"]
+            script = TORCH_JOB if args.torch else "import time; print(repr(time.time()))"
+            command = [sys.executable, "-c", script]
             scheduled, spawned, running = [], [], []
+            phases: list[list[float]] = [[] for _ in PHASES]
             for i in range(args.jobs + 1):
                 sent = time.time()
                 job = client.submit(command, cwd=os.getcwd())
                 while client.job(job["job_id"])["phase"] not in ("finished", "failed"):
                     time.sleep(0.01)
                 events = {e["kind"]: e["time_s"] for e in client.events(job["job_id"])}
-                first_line = float(client.logs(job["job_id"])["text"].splitlines()[1])
+                text = client.logs(job["job_id"])["text"]
+                try:
+                    # the line of times (the log's first line names the command, which may span lines)
+                    line = next(x for x in text.splitlines() if x and not x.strip(" .0123456789"))
+                    stamps = [float(x) for x in line.split()]
+                except (StopIteration, ValueError):
+                    raise SystemExit(f"job {job['job_id']} did not print its times; its log:\n{text}") from None
                 if i == 0:
                     continue  # warm-up: the first request pays the server's lazy imports
                 scheduled.append((events["launched"] - sent) * 1000)
                 spawned.append((events["started"] - sent) * 1000)
-                running.append((first_line - sent) * 1000)
+                running.append((stamps[-1] - sent) * 1000)
+                for k, stamp in enumerate(stamps if args.torch else ()):
+                    phases[k].append((stamp - sent) * 1000)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
@@ -97,7 +128,11 @@ def main() -> None:
     print(f"submit-to-start on an idle machine, {args.jobs} jobs one at a time (target: < {TARGET_MS:.0f} ms + start)")
     row("submit -> launch decided", scheduled)
     row("submit -> job process spawned", spawned)
-    row("submit -> job's first line of Python", running)
+    if not args.torch:
+        row("submit -> job's first line of Python", running)
+        return
+    for name, xs in zip(PHASES, phases, strict=True):
+        row(f"submit -> {name}", xs)
 
 
 if __name__ == "__main__":
