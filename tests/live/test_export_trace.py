@@ -1,0 +1,103 @@
+"""The live cluster's history as a trace and a cluster file (corral.live.export): what is exported, and that the
+replays read both as they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.core.job import JobClass
+from corral.live.export import cluster_toml, parse_since, trace_csv, trace_rows
+from corral.sim.clusters import parse_cluster_toml
+from corral.sim.traces.generic import read_csv
+
+T0 = 1_795_000_000.0
+
+
+def job(job_id: str, submit: float, phase: str, executed: float, **more: Any) -> dict[str, Any]:
+    base = {"job_id": job_id, "submit_s": T0 + submit, "phase": phase, "executed_s": executed, "num_gpus": 1}
+    return {**base, "gpu_milli": 1000, "tenant": "vision", "opportunistic": False, **more}
+
+
+JOBS = [
+    job("b", 30.0, "finished", 120.5, num_gpus=4, tenant="nlp"),
+    job("a", 10.0, "failed", 2.25),
+    job("c", 40.0, "cancelled", 60.0, opportunistic=True, gpu_milli=500),
+    job("d", 50.0, "running", 5.0),
+    job("e", 60.0, "pending", 0.0),
+    job("f", 70.0, "rejected", 0.0),
+    job("g", 80.0, "cancelled", 0.0),  # cancelled while it waited: it never ran
+    job("old", -5.0, "finished", 9.0),
+]
+
+
+def test_jobs_that_ran_and_ended_are_rows_from_the_first_submission_on() -> None:
+    export = trace_rows(JOBS, since_s=T0)
+    assert export.origin_s == T0 + 10.0
+    assert [r["job_id"] for r in export.rows] == ["a", "b", "c"]
+    assert export.rows[0] == {
+        "job_id": "a", "submit_s": 0.0, "duration_s": 2.25, "num_gpus": 1, "gpu_milli": 1000, "tenant": "vision",
+        "job_class": "guaranteed",
+    }  # fmt: skip
+    assert export.rows[1]["submit_s"] == 20.0 and export.rows[1]["num_gpus"] == 4
+    assert export.rows[2]["job_class"] == "opportunistic" and export.rows[2]["gpu_milli"] == 500
+    assert export.left_out == {"running (no duration yet)": 1, "pending (no duration yet)": 1, "rejected": 1,
+                               "never ran": 1}  # fmt: skip
+    assert next(r["job_id"] for r in trace_rows(JOBS).rows) == "old"  # without --since: everything
+
+
+def test_the_csv_reads_back_as_a_trace_without_column_names(tmp_path: Path) -> None:
+    path = tmp_path / "week.csv"
+    path.write_text(trace_csv(trace_rows(JOBS, since_s=T0)))
+    trace = read_csv(path)
+    specs = {j.job_id: j for j in trace.jobs}
+    assert set(specs) == {"a", "b", "c"}
+    assert specs["b"].submit_s == 20.0 and specs["b"].duration_s == 120.5 and specs["b"].num_gpus == 4
+    assert specs["b"].tenant == "nlp"
+    assert specs["c"].job_class is JobClass.OPPORTUNISTIC and specs["c"].gpu_milli == 500
+
+
+CLUSTER = {
+    "nodes": [{"name": "gpu-0", "state": "alive", "num_gpus": 2}, {"name": "gpu-1", "state": "lost", "num_gpus": 1}],
+    "gpus": [
+        {"index": 0, "node": "gpu-0", "type_name": "H100-80GB", "mem_mib": 81559},
+        {"index": 1, "node": "gpu-0", "type_name": "H100-80GB", "mem_mib": 81559},
+        {"index": 0, "node": "gpu-1", "type_name": 'odd "name"', "mem_mib": 1024},
+    ],
+}
+
+
+def test_the_cluster_file_reads_back_with_its_nodes_types_and_quotas() -> None:
+    text = cluster_toml(CLUSTER, [{"name": "vision", "quota_gpus": 2}, {"name": "nlp", "quota_gpus": None}])
+    cluster = parse_cluster_toml(text, source="here.toml")
+    assert [(n.name, n.num_gpus) for n in cluster.nodes] == [("gpu-0", 2), ("gpu-1", 1)]
+    assert cluster.nodes[1].gpu_type == 'odd "name"'
+    assert {t.name: (t.mem_mib, t.speed) for t in cluster.gpu_types} == {
+        "H100-80GB": (81559, 1.0),
+        'odd "name"': (1024, 1.0),
+    }
+    assert {t.name: t.quota_gpus for t in cluster.tenants} == {"vision": 2, "nlp": None}
+
+
+def test_a_node_with_two_gpu_types_is_refused() -> None:
+    mixed = {**CLUSTER, "gpus": [*CLUSTER["gpus"], {"index": 2, "node": "gpu-0", "type_name": "A100", "mem_mib": 1}]}
+    with pytest.raises(ValueError, match="node 'gpu-0' has GPUs of several types"):
+        cluster_toml(mixed, [])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("90s", T0 - 90), ("30m", T0 - 1800), ("12h", T0 - 43200), ("7d", T0 - 7 * 86400), ("1.5w", T0 - 1.5 * 604800),
+     ("2026-11-20", 1_795_132_800.0), ("2026-11-20T08:00", 1_795_161_600.0),
+     ("2026-11-20T09:00+01:00", 1_795_161_600.0)],
+)  # fmt: skip
+def test_since_is_a_time_ago_or_a_date(text: str, expected: float) -> None:
+    assert parse_since(text, T0) == expected
+
+
+@pytest.mark.parametrize("text", ["", "7", "7 days", "-3d", "yesterday", "2026-13-01"])
+def test_a_bad_since_says_the_forms(text: str) -> None:
+    with pytest.raises(ValueError, match=r"--since: expected a time ago \(90s"):
+        parse_since(text, T0)
