@@ -32,8 +32,9 @@ duration, SJF and SRTF: a live job has none, so they would reject every job; ref
 stand-ins of a Ray node without NVML), ``state_dir``, ``grace_s``, ``max_body_bytes``, ``admin_token`` or
 ``admin_token_env``, ``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster;
 see ``docs/live.md``, "Many machines"), ``ray_expect`` (with Ray: nodes that may join later), ``checkpoint_dir``
-(with Ray: a directory every node shares) and ``metrics_token`` (``true``: ``GET /metrics`` needs the admin
-token; default ``false``).
+(with Ray: a directory every node shares), ``metrics_token`` (``true``: ``GET /metrics`` needs the admin
+token; default ``false``), ``dashboard_sample_s`` and ``dashboard_history_s`` (the dashboard's charts: a sample
+every 5 s, the last hour kept, by default).
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -95,6 +96,8 @@ _SERVER_KEYS = (
     "ray_expect",
     "checkpoint_dir",
     "metrics_token",
+    "dashboard_sample_s",
+    "dashboard_history_s",
 )
 _TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
 _CLI = "<command line>"
@@ -178,6 +181,10 @@ class ServeConfig:
     # Whether GET /metrics needs the admin token (Prometheus' bearer_token). Off by default: the metrics name no
     # command, environment or token, and a scraper usually has none (corral.live.api.metrics).
     metrics_token: bool = False
+    # The dashboard's history (corral.live.dashboard.history): one sample every dashboard_sample_s, the last
+    # dashboard_history_s kept (its memory grows with both; the module's docstring says how much).
+    dashboard_sample_s: float = 5.0
+    dashboard_history_s: float = 3600.0
 
     def __post_init__(self) -> None:
         # The same checks as load_config, for configs built in code (tests, embedding); the file's own errors
@@ -276,6 +283,9 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
                 "bad value", file=file, column="server.metrics_token", expected="true or false", got=flag
             )
         values["metrics_token"] = flag
+    for key in ("dashboard_sample_s", "dashboard_history_s"):
+        if key in server:
+            values[key] = _seconds(server, key, file, "server")
     token = _token(server, "admin_token", "admin_token_env", file, "server")
     if token is not None:
         values["admin_token"] = token
@@ -660,6 +670,17 @@ def _check_config(config: ServeConfig, file: str) -> None:
     _int({"stand_in_mem_mib": config.stand_in_mem_mib}, "stand_in_mem_mib", file, "", low=1)
     _int({"max_body_bytes": config.max_body_bytes}, "max_body_bytes", file, "", low=1024)
     _seconds({"grace_s": config.grace_s}, "grace_s", file, "")
+    sample_s, history_s = config.dashboard_sample_s, config.dashboard_history_s
+    _seconds({"dashboard_sample_s": sample_s}, "dashboard_sample_s", file, "")
+    _seconds({"dashboard_history_s": history_s}, "dashboard_history_s", file, "")
+    if not 0.1 <= sample_s <= history_s <= 7 * 86400:  # a sample more often than 10 a second is a busy loop
+        raise ConfigFileError(
+            "bad value",
+            file=file,
+            column="dashboard_sample_s",
+            expected="0.1 <= dashboard_sample_s <= dashboard_history_s <= 604800 (a week)",
+            got=(sample_s, history_s),
+        )
     for spec in config.ray_expect:
         parse_expected_node(spec, file)
     if config.ray_expect and config.ray is None:

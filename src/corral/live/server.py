@@ -36,8 +36,9 @@ def serve(
         snapshot = controller.cluster()
         write_server_file(config, config.url, pid)
         on_ready(snapshot)
+        # lifespan: the dashboard's history thread starts and stops with the app (corral.live.dashboard.history)
         server = uvicorn.Server(
-            uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="off")
+            uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="on")
         )
         server.run(sockets=[sock])
     finally:

@@ -440,6 +440,9 @@ def create_app(controller: Controller) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(CatchAll)
     add_offline_docs(app)
+    from corral.live.dashboard import add_dashboard  # here, not on top: the dashboard imports Principal from here
+
+    add_dashboard(app, controller, tokens, every_s=config.dashboard_sample_s, window_s=config.dashboard_history_s)
 
     # -- errors ------------------------------------------------------------------------------------------------
     def error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -178,6 +178,7 @@ class Controller:
         self.stats = LiveStats()  # round latencies and job events, for GET /metrics
         # Told each turn's job events once they are committed (corral serve prints them); on the loop thread.
         self.on_events: Callable[[list[JobEvent]], None] | None = None
+        self.on_report: Callable[[NodeReport], None] | None = None  # each agent report as it comes (the dashboard)
         self.engine.on_round = self.stats.observe_round
         self._tenants = {t.name: t for t in cluster.tenants}
         self._inbox: queue.Queue[_Item] = queue.Queue()
@@ -641,6 +642,8 @@ class Controller:
     # ------------------------------------------------------------------------------------------------------
     def deliver(self, report: NodeReport) -> None:
         """Called from the agent's threads (a node's loss or return, with several nodes, too)."""
+        if self.on_report is not None:
+            self.on_report(report)
         if isinstance(report, NodeDown | NodeUp):
             self._inbox.put(_Item("node", report))
         else:
