@@ -14,11 +14,13 @@ machine. For each job it reports:
 With ``--torch`` each job is a training script's start instead (issue 19's cold start): it imports torch and
 ``corral.job``, builds a small model and prints the time at its first step in ``job.loop``; ``running`` is then
 submit to first step, and the script's own phases (interpreter start to ``import torch`` done, ``corral.job``
-imported, first step) are printed too: what a warm standby worker would save.
+imported, first step) are printed too. With ``--warm`` as well, the server has ``warm_starts`` on and the jobs are
+submitted with ``warm``: forked from a process that has imported torch (``corral.live.agent.zygote``).
 
     python benchmarks/bench_submit.py            # 30 jobs
     python benchmarks/bench_submit.py --jobs 100
     python benchmarks/bench_submit.py --torch --jobs 10
+    python benchmarks/bench_submit.py --torch --warm --jobs 10
 """
 
 from __future__ import annotations
@@ -63,10 +65,17 @@ def _free_port() -> int:
         return port
 
 
+def _warm_config(tmp: Path) -> Path:
+    conf = tmp / "corral.toml"
+    conf.write_text("[server]\nwarm_starts = true\n")
+    return conf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--torch", action="store_true", help="jobs that import torch and corral.job (cold start)")
+    parser.add_argument("--warm", action="store_true", help="with --torch: serve with warm_starts, submit --warm")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,6 +93,7 @@ def main() -> None:
                 str(port),
                 "--gpus",
                 "1",
+                *(["--config", str(_warm_config(Path(tmp)))] if args.warm else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -91,14 +101,25 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, server, 60)
+            if args.warm:  # the zygote imports torch after the server is up; until then runs start cold
+                zlog = state / "zygote.log"
+                deadline = time.monotonic() + 120
+                while not (zlog.exists() and "imported" in zlog.read_text()):
+                    if time.monotonic() > deadline:
+                        raise SystemExit("the warm-start zygote did not come up")
+                    time.sleep(0.05)
             client = Client(url, (state / "admin.token").read_text().strip())
-            script = TORCH_JOB if args.torch else "import time; print(repr(time.time()))"
-            command = [sys.executable, "-c", script]
+            if args.torch:  # a script file, as a warm start needs (not python -c)
+                job_file = Path(tmp) / "job.py"
+                job_file.write_text(TORCH_JOB)
+                command = [sys.executable, str(job_file)]
+            else:
+                command = [sys.executable, "-c", "import time; print(repr(time.time()))"]
             scheduled, spawned, running = [], [], []
             phases: list[list[float]] = [[] for _ in PHASES]
             for i in range(args.jobs + 1):
                 sent = time.time()
-                job = client.submit(command, cwd=os.getcwd())
+                job = client.submit(command, cwd=os.getcwd(), warm=args.warm)
                 while client.job(job["job_id"])["phase"] not in ("finished", "failed"):
                     time.sleep(0.01)
                 events = {e["kind"]: e["time_s"] for e in client.events(job["job_id"])}
@@ -125,7 +146,9 @@ def main() -> None:
         p95 = xs[min(len(xs) - 1, int(0.95 * len(xs)))]
         print(f"{name:<38} median {statistics.median(xs):7.1f} ms   p95 {p95:7.1f} ms   max {xs[-1]:7.1f} ms")
 
-    print(f"submit-to-start on an idle machine, {args.jobs} jobs one at a time (target: < {TARGET_MS:.0f} ms + start)")
+    how = " (warm starts)" if args.warm else ""
+    print(f"submit-to-start{how} on an idle machine, {args.jobs} jobs one at a time", end="")
+    print(f" (target: < {TARGET_MS:.0f} ms + start)")
     row("submit -> launch decided", scheduled)
     row("submit -> job process spawned", spawned)
     if not args.torch:

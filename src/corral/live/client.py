@@ -82,6 +82,7 @@ class JobJson(TypedDict):
     job_class: str
     gpu_mem_mib: int | None
     priority: int
+    warm: bool
     phase: str
     reason: str | None
     wait_reason: NotRequired[str | None]
@@ -265,6 +266,7 @@ class Client:
         env: Mapping[str, str] | None = None,
         gpu_mem_mib: int | None = None,
         priority: int = 0,
+        warm: bool = False,
     ) -> JobJson:
         body: dict[str, Any] = {
             "command": list(command),
@@ -274,6 +276,8 @@ class Client:
             "priority": priority,
             "env": dict(env or {}),
         }
+        if warm:  # only when asked: a server from before warm starts refuses unknown fields
+            body["warm"] = True
         for key, value in (("tenant", tenant), ("name", name), ("cwd", cwd), ("gpu_mem_mib", gpu_mem_mib)):
             if value is not None:
                 body[key] = value

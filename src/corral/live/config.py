@@ -33,8 +33,9 @@ stand-ins of a Ray node without NVML), ``state_dir``, ``grace_s``, ``max_body_by
 ``admin_token_env``, ``ray`` (``auto``, a Ray address, or ``local:NxG``: schedule the GPU nodes of a Ray cluster;
 see ``docs/live.md``, "Many machines"), ``ray_expect`` (with Ray: nodes that may join later), ``checkpoint_dir``
 (with Ray: a directory every node shares), ``metrics_token`` (``true``: ``GET /metrics`` needs the admin
-token; default ``false``), ``dashboard_sample_s`` and ``dashboard_history_s`` (the dashboard's charts: a sample
-every 5 s, the last hour kept, by default).
+token; default ``false``), ``warm_starts`` (``true``: jobs submitted with ``--warm`` are forked from a process
+with torch imported; default ``false``; docs/live.md, "Warm starts"), ``dashboard_sample_s`` and
+``dashboard_history_s`` (the dashboard's charts: a sample every 5 s, the last hour kept, by default).
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -96,6 +97,7 @@ _SERVER_KEYS = (
     "ray_expect",
     "checkpoint_dir",
     "metrics_token",
+    "warm_starts",
     "dashboard_sample_s",
     "dashboard_history_s",
 )
@@ -181,6 +183,9 @@ class ServeConfig:
     # Whether GET /metrics needs the admin token (Prometheus' bearer_token). Off by default: the metrics name no
     # command, environment or token, and a scraper usually has none (corral.live.api.metrics).
     metrics_token: bool = False
+    # Warm starts (corral.live.agent.zygote): the embedded agent keeps a process with torch imported to fork the
+    # runs of jobs submitted with --warm. Off by default: the process holds a few hundred MiB.
+    warm_starts: bool = False
     # The dashboard's history (corral.live.dashboard.history): one sample every dashboard_sample_s, the last
     # dashboard_history_s kept (its memory grows with both; the module's docstring says how much).
     dashboard_sample_s: float = 5.0
@@ -276,13 +281,14 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
         values["ray_expect"] = tuple(expect)
     if "checkpoint_dir" in server:
         values["checkpoint_dir"] = base_dir / Path(_string(server, "checkpoint_dir", file, "server")).expanduser()
-    if "metrics_token" in server:
-        flag = server["metrics_token"]
-        if not isinstance(flag, bool):
-            raise ConfigFileError(
-                "bad value", file=file, column="server.metrics_token", expected="true or false", got=flag
-            )
-        values["metrics_token"] = flag
+    for key in ("metrics_token", "warm_starts"):
+        if key in server:
+            flag = server[key]
+            if not isinstance(flag, bool):
+                raise ConfigFileError(
+                    "bad value", file=file, column=f"server.{key}", expected="true or false", got=flag
+                )
+            values[key] = flag
     for key in ("dashboard_sample_s", "dashboard_history_s"):
         if key in server:
             values[key] = _seconds(server, key, file, "server")

@@ -49,6 +49,7 @@ class JobRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     gpu_mem_mib: int | None = None
     priority: int = 0
+    warm: bool = False  # start from the agent's warm workers (corral.live.agent.zygote) when it can
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class JobRequest:
             "env": dict(self.env),
             "gpu_mem_mib": self.gpu_mem_mib,
             "priority": self.priority,
+            "warm": self.warm,
         }
 
     @classmethod
@@ -77,6 +79,7 @@ class JobRequest:
             env=dict(d.get("env") or {}),
             gpu_mem_mib=d.get("gpu_mem_mib"),
             priority=d.get("priority", 0),
+            warm=bool(d.get("warm", False)),  # absent in a store written before warm starts
         )
 
 

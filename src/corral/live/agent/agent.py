@@ -67,7 +67,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -103,6 +103,7 @@ from corral.live.agent.processes import (
     write_marker,
 )
 from corral.live.agent.shim import start_ticks, write_atomic
+from corral.live.agent.zygote import Zygote, warm_form
 
 log = logging.getLogger("corral.live.agent")
 
@@ -271,6 +272,7 @@ class Agent:
         python: str = sys.executable,
         sampler: GpuSampler | None = None,
         checkpoint_root: Path | None = None,
+        warm: bool = False,
     ) -> None:
         self._state_dir = Path(state_dir).absolute()
         # Where checkpoints live: the state directory, or a directory every node shares (a gang's rank 0 writes
@@ -300,6 +302,9 @@ class Agent:
         self._closing = False
         self._closed = False
         self._socket_path = self._choose_socket_path()
+        # Warm starts (corral.live.agent.zygote): the process runs that ask for one are forked from.
+        zygote_socket = self._socket_path.with_name(self._socket_path.stem + ".zygote.sock")
+        self._zygote = Zygote(python, zygote_socket, self._state_dir / "zygote.log") if warm else None
         self._own_user = _own_user()
         self._tenant_of: dict[str, str] = {}  # job id -> tenant, for the paths of its files
         self._open_tenants: set[str] = set()  # tenants whose run_as users may pass through to their files
@@ -393,6 +398,8 @@ class Agent:
             self._selector = selectors.DefaultSelector()
             self._selector.register(self._listener, selectors.EVENT_READ, ("listen", None))
             self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+            if self._zygote is not None:
+                self._zygote.start()  # ready in about a second (it imports torch); runs before that start cold
             self._thread = threading.Thread(target=self._loop, name="corral-agent", daemon=True)
             self._thread.start()
             if self._sampler is not None:
@@ -474,6 +481,8 @@ class Agent:
             self._closed = self._closing = True
             self._wake()
         self._sampler_stop.set()
+        if self._zygote is not None:
+            self._zygote.close()
         if self._sampler_thread is not None:
             self._sampler_thread.join(timeout=10.0)
         if self._sampler is not None:
@@ -989,6 +998,20 @@ class Agent:
         for run in ready:
             self._spawn(run)
 
+    def _warm_start(self, req: LaunchRequest, user: _User, env: Mapping[str, str]) -> bool | str:
+        """Whether run ``req`` starts warm (forked from the zygote): True, False (not asked for), or why it starts
+        cold although asked (a sentence for its log)."""
+        if not req.warm:
+            return False
+        if self._zygote is None:
+            return "this agent has no warm workers (warm_starts is off)"
+        if user.switch:
+            return f"it runs as user {user.name!r}; the warm workers run as {self._own_user.name!r}"
+        if not self._zygote.ready():
+            return "the warm workers are not ready yet (importing torch)"
+        form = warm_form(req.command, env, self._zygote.python)
+        return form if isinstance(form, str) else True
+
     def _job_env(self, req: LaunchRequest, user: _User, secret: str) -> dict[str, str]:
         """The job's environment, as :mod:`corral.core.contract` ("Environment") says: nothing else of the
         agent's own (its tokens, the variables the configuration names, its settings) reaches a job."""
@@ -1068,6 +1091,7 @@ class Agent:
         rd = self.run_dir(req.job_id, req.run)
         log_path = self.log_path(req.job_id, req.tenant)
         popen: subprocess.Popen[bytes] | None = None
+        warm_pid = 0
         try:
             if not os.path.isdir(req.cwd):
                 raise _SpawnError(f"working directory {req.cwd!r} does not exist")
@@ -1098,20 +1122,27 @@ class Agent:
             if user.switch:
                 shim += ["--user", f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"]
             log_fd = open_log(log_path, (user.uid, user.gid) if user.switch else None)
+            warm = self._warm_start(req, user, env)
             with open(log_fd, "ab") as logf:
                 what = f"run {req.run} started {now_text()} on GPUs {gpus_text}: {shlex.join(req.command)}"
                 logf.write(f"=== corral: {what} ===\n".encode(errors="replace"))
+                if isinstance(warm, str):
+                    logf.write(f"=== corral: started cold, not warm: {warm} ===\n".encode(errors="replace"))
                 logf.flush()
-                popen = subprocess.Popen(
-                    [*shim, "--", *req.command],
-                    cwd=req.cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                if warm is True:
+                    assert self._zygote is not None
+                    warm_pid = self._zygote.spawn(rd, req.command, env, req.cwd, logf.fileno())
+                else:
+                    popen = subprocess.Popen(
+                        [*shim, "--", *req.command],
+                        cwd=req.cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
         except (_SpawnError, OSError, ValueError, subprocess.SubprocessError) as e:
             detail = f"cannot start the job: {e}"
             log.warning("job %r run %d: %s", req.job_id, req.run, detail)
@@ -1121,12 +1152,23 @@ class Agent:
                 self._report_exit(req.job_id, req.run, None, None, run.requested, detail)
             return
         started_at = time.time()
-        pid = popen.pid
-        ticks = start_ticks(pid)  # our unreaped child: /proc/<pid> is there
+        pidfd: int | None
+        if popen is not None:
+            pid = popen.pid
+            ticks = start_ticks(pid)  # our unreaped child: /proc/<pid> is there
+        else:  # forked by the zygote, which reaps it: it may be gone already (the /proc poll then finds it ended)
+            pid = warm_pid
+            try:
+                ticks = start_ticks(pid)
+            except OSError:
+                ticks = 0
         # The shim writes its own ``pid`` record once it forwards signals; this one closes the window before.
         with contextlib.suppress(OSError):
             write_atomic(str(rd / "spawned"), f"{pid} {ticks}\n")
-        pidfd = open_pidfd(pid)
+        try:
+            pidfd = open_pidfd(pid)
+        except ProcessLookupError:
+            pidfd = None
         with self._lock:
             run.state, run.pid, run.ticks, run.popen, run.pidfd = "running", pid, ticks, popen, pidfd
             self._outbox.append(ProcessStarted(req.job_id, req.run, pid, started_at))

@@ -32,6 +32,7 @@ class LaunchRequest:
     grace_s: float = contract.DEFAULT_GRACE_S
     tenant: str = field(kw_only=True)  # required, by name (after the fields that were positional before it)
     run_as: str | None = field(default=None, kw_only=True)
+    warm: bool = field(default=False, kw_only=True)  # fork it from the warm workers (corral.live.agent.zygote)
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,9 +180,14 @@ def main(argv: list[str]) -> int:
         print(f"corral: cannot run {command[0]!r}: {e.strerror} ({what})", file=sys.stderr, flush=True)
         _record_exit(run_dir, code, None)
         return code
+    return wait_for(run_dir, child, forward)
+
+
+def wait_for(run_dir: str, child: int, forward: _Forwarder) -> int:
+    """Record the job's main process ``child``, forward signals to it, wait for it and record its end; the shim's
+    exit code (also the warm shims' of :mod:`corral.live.agent.zygote`)."""
     write_atomic(os.path.join(run_dir, "child"), f"{child}\n")
     forward.started(child)
-
     # waitpid is retried on EINTR by Python itself (PEP 475) after the forwarding handler ran.
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):

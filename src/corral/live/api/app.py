@@ -544,6 +544,7 @@ def create_app(controller: Controller) -> FastAPI:
             env=dict(body.env),
             gpu_mem_mib=body.gpu_mem_mib,
             priority=body.priority,
+            warm=body.warm,
         )
         return job_out(controller.submit(request), gpu_order, node_of)
 

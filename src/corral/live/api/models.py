@@ -85,6 +85,12 @@ class JobSubmission(_Model):
     )
     gpu_mem_mib: int | None = Field(None, ge=0, description="GPU memory the job needs on each GPU, in MiB, if known.")
     priority: int = Field(0, ge=-1_000_000, le=1_000_000, description="Higher runs first under priority policies.")
+    warm: bool = Field(
+        False,
+        description="Start it from the node's warm workers (torch already imported; docs/live.md, 'Warm starts'). "
+        "The command must be PYTHON [-u] SCRIPT ... or PYTHON [-u] -m MODULE ...; a node without warm workers, or "
+        "with another Python, starts it cold and says so in its log.",
+    )
 
     @field_validator("cwd")
     @classmethod
@@ -93,6 +99,16 @@ class JobSubmission(_Model):
         if cwd is not None and not os.path.isabs(cwd):
             raise ValueError(f"cwd must be an absolute path on the server, got {echo(cwd)}")
         return cwd
+
+    @model_validator(mode="after")
+    def _warm_needs_a_python_command(self) -> JobSubmission:
+        if self.warm:
+            from corral.live.agent.zygote import warm_argv
+
+            form = warm_argv(self.command)
+            if isinstance(form, str):
+                raise ValueError(f"warm: {form}")
+        return self
 
     @model_validator(mode="after")
     def _share_needs_one_gpu(self) -> JobSubmission:
@@ -150,6 +166,7 @@ class JobOut(_Model):
     )
     gpu_mem_mib: int | None = Field(description="GPU memory needed per GPU, MiB, if given.")
     priority: int = Field(description="Priority given at submission.")
+    warm: bool = Field(description="Asked to start from the warm workers.")
     phase: PhaseName = Field(description="pending, running, finished, failed, cancelled or rejected.")
     reason: str | None = Field(description="Why it ended (failed, rejected, cancelled), when known.")
     wait_reason: str | None = Field(
@@ -352,6 +369,7 @@ def job_out(
         job_class=st.job_class.value,
         gpu_mem_mib=req.gpu_mem_mib,
         priority=req.priority,
+        warm=req.warm,
         phase=st.phase.value,
         reason=st.reason,
         wait_reason=record.wait_reason,

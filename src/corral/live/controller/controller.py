@@ -221,7 +221,7 @@ class Controller:
         if config.ray is None:  # the embedded default: this machine, its agent in this process, no Ray
             gpus = discover_gpus(config.gpus, stand_in_mem_mib=config.stand_in_mem_mib)
             cluster, order = cluster_for(gpus, tenants)
-            agent = Agent(state_dir, gpus, deliver)
+            agent = Agent(state_dir, gpus, deliver, warm=config.warm_starts)
         else:
             from corral.live.config import parse_expected_node
             from corral.live.transport.ray import RayCluster, RayOptions
@@ -600,6 +600,7 @@ class Controller:
             gpu_milli=placement.gpu_milli,
             mem_mib=placement.mem_mib,
             grace_s=self.grace_s,
+            warm=request.warm,
         )
 
     def _request_of(self, spec: JobSpec) -> JobRequest:
