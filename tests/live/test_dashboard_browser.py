@@ -13,12 +13,10 @@ Needs Playwright and a Chromium executable (``.ci/run`` installs both); skipped,
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -26,6 +24,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from browser import chromium
 from live_server import Server, start_server, stop_server
 
 ALICE = "alice-dashboard-token-0123"
@@ -60,17 +59,6 @@ SLEEP = "import time; print('sleeping', flush=True); time.sleep(600)"
 DOCS_IMG = Path(__file__).parents[2] / "docs" / "img"
 
 
-def _chromium() -> str:
-    """The Chromium executable Playwright drives, or a skip saying what is missing (as tests/sim/test_report_html)."""
-    if find_spec("playwright") is None:
-        pytest.skip("the browser check needs Playwright: pip install playwright (in the test extra)")
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("the browser check needs a Chromium executable on PATH (apt-get install chromium; .ci/run does)")
-
-
 @dataclass
 class Cluster:
     server: Server
@@ -90,7 +78,7 @@ def _until(what: str, check: Any, timeout_s: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    _chromium()  # skip before starting anything
+    chromium()  # skip before starting anything
     base = tmp_path_factory.mktemp("dash")
     (base / "corral.toml").write_text(CONFIG)
     server = start_server(base / "st", "--gpus", "4", "--config", str(base / "corral.toml"), "--quiet")
@@ -183,15 +171,15 @@ class Browser:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    executable = _chromium()
+    executable = chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=executable)
+        launched = p.chromium.launch(executable_path=executable)
         try:
-            yield chromium
+            yield launched
         finally:
-            chromium.close()
+            launched.close()
 
 
 def _shot(page: Any, folder: Path, name: str, docs: bool = False) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from browser import chromium
 from corral.cli.main import cli
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.report_html import INSTALL_HINT, PLOT_FILES, find_runs, render_report
@@ -198,20 +199,9 @@ def test_simulate_writes_the_report_unless_told_not_to(tmp_path: Path) -> None:
     assert not any((tmp_path / "a" / name).exists() for name in ("report.html", *PLOT_FILES))
 
 
-def _chromium() -> str:
-    """The Chromium executable Playwright drives, or a skip saying what is missing."""
-    if find_spec("playwright") is None:
-        pytest.skip("the browser check needs Playwright: pip install playwright (in the test extra)")
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("the browser check needs a Chromium executable on PATH (apt-get install chromium; .ci/run does)")
-
-
 @needs_matplotlib
 def test_report_loads_in_chromium_without_errors(compared: Path) -> None:
-    executable = _chromium()
+    executable = chromium()
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
