@@ -57,6 +57,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from corral.cli.errors import user_errors
+from corral.cli.options import client_options, json_option
 from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.core.toml import read_toml
@@ -338,36 +339,6 @@ def _serve(config: ServeConfig, sock: socket.socket, token_given: bool, quiet: b
 # ==============================================================================================================
 # Client commands
 # ==============================================================================================================
-def client_options(fn: F) -> F:
-    """``--url``, ``--token``, ``--state-dir``: how a client command finds the server (shared with ``cluster``)."""
-    options = [
-        click.option(
-            "--url", envvar="CORRAL_URL", help="The server's URL [env CORRAL_URL] (default: from the state dir)."
-        ),
-        click.option(
-            "--token",
-            envvar="CORRAL_TOKEN",
-            help="API token [env CORRAL_TOKEN] (default: the admin token in the state dir).",
-        ),
-        click.option(
-            "--state-dir",
-            "client_state_dir",
-            envvar="CORRAL_STATE_DIR",
-            default=DEFAULT_STATE_DIR,
-            show_default=True,
-            type=click.Path(file_okay=False),
-            help="The server's state dir, to find its URL and admin token [env CORRAL_STATE_DIR].",
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print the server's JSON answer.")(fn)
-
-
 def make_client(url: str | None, token: str | None, client_state_dir: str | None) -> Client:
     from corral.live.client import Client, read_admin_token, read_server_url
 

@@ -33,40 +33,35 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from corral import __version__
 from corral.cli.errors import user_errors
-from corral.cli.live import LIVE_COMMANDS, client_options, json_option, show_live_cluster
+from corral.cli.options import client_options, json_option
 from corral.core.cluster import Cluster
 from corral.core.errors import ConfigError
-from corral.core.events import NodeLost
 from corral.core.job import JobPhase
 from corral.core.options import build_config, config_fields, type_label
 from corral.core.wording import duration, plural
 from corral.policies.registry import make_policy, parse_policy_spec, policy_class, policy_names
 from corral.sim.clusters import describe_cluster, describe_quotas, load_cluster, with_quotas
-from corral.sim.failures import NodeEvent, parse_failure_rate, random_node_failures, read_node_failures
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.perf import PerfModel
-from corral.sim.report import prepare_out, summary_record, write_comparison, write_manifest, write_results
-from corral.sim.report_html import Rendered, report_folders
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import Trace
 from corral.sim.workload import ALL_FORMATS, WorkloadSpec, build_trace
+
+# Imported where used, not here (issue 20: a replay should not pay for what it does not use): live mode
+# (corral.cli.live, loaded by _Cli when a live command is asked for), node failures (corral.sim.failures), the
+# output files and the HTML report (corral.sim.report, corral.sim.report_html), the progress bar (rich.progress).
+if TYPE_CHECKING:
+    from corral.sim.failures import NodeEvent
+    from corral.sim.report_html import Rendered
 
 console = Console()
 err_console = Console(stderr=True)
@@ -230,7 +225,7 @@ def _errors() -> AbstractContextManager[None]:
     return user_errors(err_console, lambda exc: escape(str(exc)))
 
 
-NodeEventSource = Callable[[], Iterable[tuple[float, NodeEvent]]] | None
+NodeEventSource = Callable[[], Iterable[tuple[float, "NodeEvent"]]] | None
 
 
 def _node_events(kw: dict[str, Any], trace: Trace, cluster: Cluster) -> NodeEventSource:
@@ -238,6 +233,11 @@ def _node_events(kw: dict[str, Any], trace: Trace, cluster: Cluster) -> NodeEven
     path, rate_text = kw["node_failures"], kw["node_failure_rate"]
     if path is not None and rate_text is not None:
         raise ConfigError("give --node-failures FILE or --node-failure-rate SPEC, not both")
+    if path is None and rate_text is None:
+        return None
+    from corral.core.events import NodeLost
+    from corral.sim.failures import parse_failure_rate, random_node_failures, read_node_failures
+
     if path is not None:
         events = read_node_failures(path, cluster)
         lost = sum(1 for _, e in events if isinstance(e, NodeLost))
@@ -300,6 +300,15 @@ def _run(
             progress_every_s=_PLAIN_PROGRESS_EVERY_S,
             node_events=events,
         )
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     with Progress(
         TextColumn(f"[bold]{escape(policy.name)}[/]"),
         BarColumn(),
@@ -452,7 +461,27 @@ def _out_options(fn: F) -> F:
     )(fn)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+# The live commands of corral.cli.live, by name: loaded only when one of them is asked for (or for --help), so that
+# a replay imports no live-mode module (issue 20). tests/sim/test_replay_imports.py holds this list to LIVE_COMMANDS.
+LIVE_COMMAND_NAMES = ("serve", "submit", "jobs", "job", "logs", "events", "wait", "cancel", "tenants")
+
+
+class _Cli(click.Group):
+    """corral's command group: the replay commands defined here, the live ones loaded from corral.cli.live on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LIVE_COMMAND_NAMES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LIVE_COMMAND_NAMES and cmd_name not in self.commands:
+            from corral.cli.live import LIVE_COMMANDS
+
+            for command in LIVE_COMMANDS:
+                self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="corral")
 def cli() -> None:
     """corral: a GPU cluster scheduler. Replay real traces through scheduling policies."""
@@ -490,6 +519,8 @@ def simulate_cmd(
         raise click.UsageError("--record-decisions needs --out OUT: the decisions are written to OUT/decisions.log")
     with _errors():
         if out_dir is not None:
+            from corral.sim.report import prepare_out
+
             prepare_out(out_dir, overwrite=overwrite)
         trace, cluster, perf, failures = _load(kw, [policy_spec])
         result = _run(trace, cluster, perf, policy_spec, kw["seed"], kw["progress"], record_decisions, failures)
@@ -507,6 +538,8 @@ def simulate_cmd(
             err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
         _print_rejected([result], [policy_spec], to_file=out_dir is not None)
         if out_dir:
+            from corral.sim.report import write_results
+
             paths = [*write_results(result, out_dir), _manifest(out_dir, result.policy, cluster.name, kw)]
             if report:
                 paths += _report([out_dir], out_dir).paths
@@ -525,11 +558,15 @@ def _manifest(out: str | Path, policy: str, cluster: str, kw: dict[str, Any]) ->
         "node_failures": kw.get("node_failures"),
         "fit_to": fit_to.partition(":")[2] if fit_to else None,
     }
+    from corral.sim.report import write_manifest
+
     return write_manifest(out, policy=policy, cluster=cluster, seed=kw["seed"], inputs=inputs)
 
 
 def _report(dirs: Sequence[str], out_dir: str) -> Rendered:
     """``report.html`` and its plots for the runs in ``dirs``, in ``out_dir``; a note when there are no plots."""
+    from corral.sim.report_html import report_folders
+
     rendered = report_folders(dirs, out_dir)
     if rendered.missing is not None:
         err_console.print(f"note: report.html has no plots: {rendered.missing}", highlight=False, markup=False)
@@ -556,6 +593,8 @@ def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, repor
     """Replay one trace under several policies and print them side by side."""
     with _errors():
         if out_dir is not None:
+            from corral.sim.report import prepare_out
+
             prepare_out(out_dir, overwrite=overwrite, per_policy=True)
         trace, cluster, perf, failures = _load(kw, policies)
         results = [_run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures) for spec in policies]
@@ -566,6 +605,8 @@ def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, repor
             err_console.print(f"note: {note}", highlight=False, markup=False)  # a cell quoted in it may hold "[/x]"
         _print_rejected(results, policies, to_file=out_dir is not None)
         if out_dir:
+            from corral.sim.report import summary_record, write_comparison, write_results
+
             runs = []
             for spec, result in zip(policies, results, strict=True):
                 folder = Path(out_dir) / _slug(spec)
@@ -678,6 +719,8 @@ def cluster(spec: str | None, as_json: bool, **client: Any) -> None:
     """Show what a cluster spec (preset, NxG[:TYPE] or TOML file) contains; without SPEC, the running server's
     cluster (GPUs, who is on each, tenants' quotas and use)."""
     if spec is None:
+        from corral.cli.live import show_live_cluster
+
         show_live_cluster(as_json=as_json, **client)
         return
     with _errors():
@@ -688,10 +731,6 @@ def cluster(spec: str | None, as_json: bool, **client: Any) -> None:
         for key, value in describe_cluster(c):
             table.add_row(key, value)
         console.print(table)
-
-
-for _command in LIVE_COMMANDS:
-    cli.add_command(_command)
 
 
 def main() -> None:

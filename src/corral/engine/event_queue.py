@@ -12,6 +12,9 @@ from corral.core.events import Event
 
 
 class EventQueue:
+    """The heap itself (``_heap``: entries ``(time_s, priority, seq, event)``) is read directly by
+    :meth:`corral.engine.loop.Engine.run`, whose inner loop runs once per event."""
+
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:

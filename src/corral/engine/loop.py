@@ -37,6 +37,7 @@ else.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -206,17 +207,20 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self, until_s: float | None = None) -> None:
         """Process events until none are left (or until ``until_s``)."""
-        queue = self.queue
-        while queue:
-            now = queue.peek_time()
+        # The turn, inlined (as in _turn), and the queue's heap read directly rather than through its methods: this
+        # loop runs once per instant of a million-job replay, and its inner loop once per event.
+        heap = self.queue._heap
+        heappop = heapq.heappop
+        handle = self._handle
+        advance = self.clock.advance_to
+        while heap:
+            now = heap[0][0]
             if until_s is not None and now > until_s:
                 break
-            # The turn, inlined (as in _turn): this loop runs once per instant of a million-job replay.
-            self.clock.advance_to(now)
+            advance(now)
             changed = False
-            while queue and queue.peek_time() == now:
-                _, event = queue.pop()
-                changed |= self._handle(event, now)
+            while heap and heap[0][0] == now:
+                changed |= handle(heappop(heap)[3], now)
             if changed:
                 self._round(now)
 
@@ -256,6 +260,29 @@ class Engine:
             self.executor.finished(job, now)
             self._changed(job, now)
             return True
+        # Checked most frequent first (a replay has one submission, one demand change and one finish per job).
+        if type(event) is JobSubmitted:
+            spec = event.job
+            self.submitted += 1
+            if self.on_submitted is not None and not self.submitted & 1023:
+                self.on_submitted(self.submitted)
+            self._next_arrival(spec)
+            job = self.state.add(spec, now)
+            reason = self.policy.admit(self.state, spec)
+            self._changed(job, now)
+            if reason is not None:
+                self._apply(Reject(spec.job_id, reason), now)
+                return False
+            return True
+        if type(event) is DemandChanged:
+            job = self.state.job(event.job_id)
+            if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
+                return False
+            if not self.executor.is_current(event):
+                return False
+            self.executor.demand_changed(job, now)
+            # News only to a policy that reads telemetry: others see nothing new, so no round for them.
+            return self.policy.needs_telemetry
         if type(event) is JobFailed or type(event) is JobInterrupted:
             job = self.state.job(event.job_id)
             if (
@@ -286,32 +313,10 @@ class Engine:
             self.state.cancel(event.job_id, now, event.reason)
             self._changed(job, now)
             return True
-        if type(event) is DemandChanged:
-            job = self.state.job(event.job_id)
-            if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
-                return False
-            if not self.executor.is_current(event):
-                return False
-            self.executor.demand_changed(job, now)
-            # News only to a policy that reads telemetry: others see nothing new, so no round for them.
-            return self.policy.needs_telemetry
         if type(event) is TelemetryReported:
             job = self.state.job(event.job_id)
             # Recorded when it came (Engine.reported); a round only while that run still runs.
             return job.phase is JobPhase.RUNNING and job.run_epoch == event.run_epoch
-        if type(event) is JobSubmitted:
-            spec = event.job
-            self.submitted += 1
-            if self.on_submitted is not None and not self.submitted & 1023:
-                self.on_submitted(self.submitted)
-            self._next_arrival(spec)
-            job = self.state.add(spec, now)
-            reason = self.policy.admit(self.state, spec)
-            self._changed(job, now)
-            if reason is not None:
-                self._apply(Reject(spec.job_id, reason), now)
-                return False
-            return True
         if type(event) is TimerFired:
             self._timers.discard(now)
             for job_id in self.policy.on_timer(self.state, now):

@@ -336,7 +336,8 @@ class ClusterState:
         self._tenant_tick(spec.tenant, now_s)
         held = self._take(job, placement)
         self._dequeue(job)
-        job.queued_s += now_s - job.queued_since_s
+        if now_s != job.queued_since_s:  # adding +0.0 changes nothing but makes a new float, kept per job to the end
+            job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.RUNNING
         job.placement = placement
         if job.first_start_s is None:
@@ -763,10 +764,14 @@ class ClusterState:
         topo = self._topo
         spec = job.spec
         cls = job.job_class if job_class is None else job_class
-        own = set(credit.gpus) if credit is not None else ()
-        own_mem = mem_given(spec, credit) if credit is not None else 0
-        own_opp = credit.gpu_milli if credit is not None and credit.opportunistic else 0
-        own_alloc = credit.gpu_milli if credit is not None and not credit.opportunistic else 0
+        if credit is None:  # a launch (most calls): nothing of its own to count as free
+            own: Collection[int] = ()
+            own_mem = own_opp = own_alloc = 0
+        else:
+            own = set(credit.gpus)
+            own_mem = mem_given(spec, credit)
+            own_opp = credit.gpu_milli if credit.opportunistic else 0
+            own_alloc = credit.gpu_milli if not credit.opportunistic else 0
         if placement.num_gpus != spec.num_gpus:
             raise InvariantViolation(
                 f"gang: job {spec.job_id!r} needs {spec.num_gpus} GPUs, placement has {placement.num_gpus}"
@@ -790,9 +795,10 @@ class ClusterState:
             )
         allowed = set(topo.type_indices(spec.gpu_types)) if spec.gpu_types else None
         mem = mem_given(spec, placement)
-        up, gpu_node = self._up, topo.gpu_node
+        up, gpu_node, num_gpus = self._up, topo.gpu_node, topo.num_gpus
+        gpu_free_milli, gpu_free_mem = self._gpu_free_milli, self._gpu_free_mem
         for g in placement.gpus:
-            if not 0 <= g < topo.num_gpus:
+            if not 0 <= g < num_gpus:
                 raise InvariantViolation(f"job {spec.job_id!r}: GPU {g} does not exist")
             if not up[gpu_node[g]]:
                 raise InvariantViolation(
@@ -807,12 +813,12 @@ class ClusterState:
                         f"{placement.gpu_milli}"
                     )
             else:
-                free = self._gpu_free_milli[g] + (own_alloc if mine else 0)
+                free = gpu_free_milli[g] + (own_alloc if mine else 0)
                 if free < placement.gpu_milli:
                     raise InvariantViolation(
                         f"GPU {g} has {free} milli free, job {spec.job_id!r} wants {placement.gpu_milli}"
                     )
-            free_mem = self._gpu_free_mem[g] + (own_mem if mine else 0)
+            free_mem = gpu_free_mem[g] + (own_mem if mine else 0)
             if free_mem < mem:
                 raise InvariantViolation(f"GPU {g} has {free_mem} MiB free, job {spec.job_id!r} wants {mem} MiB")
             if allowed is not None and topo.gpu_type[g] not in allowed:
@@ -848,10 +854,11 @@ class ClusterState:
                 self._gpu_free_mem[g] -= mem
                 self._gpu_opp_jobs[g][job_id] = None
             return 0
+        self._shift_free(placement.gpus, -milli)
+        gpu_free_mem, gpu_jobs = self._gpu_free_mem, self._gpu_jobs
         for g in placement.gpus:
-            self._set_gpu_free(g, self._gpu_free_milli[g] - milli)
-            self._gpu_free_mem[g] -= mem
-            self._gpu_jobs[g][job_id] = None
+            gpu_free_mem[g] -= mem
+            gpu_jobs[g][job_id] = None
         held = spec.num_gpus * milli
         if job.job_class is JobClass.GUARANTEED:
             self._guaranteed_milli[spec.tenant] = self._guaranteed_milli.get(spec.tenant, 0) + held
@@ -869,10 +876,11 @@ class ClusterState:
                 self._gpu_free_mem[g] += mem
                 del self._gpu_opp_jobs[g][job_id]
             return 0
+        self._shift_free(placement.gpus, milli)
+        gpu_free_mem, gpu_jobs = self._gpu_free_mem, self._gpu_jobs
         for g in placement.gpus:
-            self._set_gpu_free(g, self._gpu_free_milli[g] + milli)
-            self._gpu_free_mem[g] += mem
-            del self._gpu_jobs[g][job_id]
+            gpu_free_mem[g] += mem
+            del gpu_jobs[g][job_id]
         held = spec.num_gpus * milli
         if job.job_class is JobClass.GUARANTEED:
             self._guaranteed_milli[spec.tenant] -= held
@@ -911,22 +919,53 @@ class ClusterState:
         if held:
             self._account(now_s, -held)
 
-    def _set_gpu_free(self, gpu: int, new: int) -> None:
-        """Change one GPU's free share and keep every index in step."""
-        old = self._gpu_free_milli[gpu]
-        self._gpu_free_milli[gpu] = new
-        t = self._topo.gpu_type[gpu]
-        if 0 < old < FULL_GPU_MILLI:
-            self._partial[t].remove((old, gpu))
-        if 0 < new < FULL_GPU_MILLI:
-            self._partial[t].add((new, gpu))
-        if old == FULL_GPU_MILLI and new < FULL_GPU_MILLI:
-            self._move_node(gpu, t, -1)
-        elif new == FULL_GPU_MILLI and old < FULL_GPU_MILLI:
-            self._move_node(gpu, t, +1)
+    def _shift_free(self, gpus: Sequence[int], milli: int) -> None:
+        """Give each of ``gpus`` ``milli`` more free share (negative: less) and keep every index in step.
 
-    def _move_node(self, gpu: int, t: int, delta: int) -> None:
-        node = self._topo.gpu_node[gpu]
+        A node is re-filed in the free-count buckets once, by its GPUs' net change, after the loop (issue 20: an
+        8-GPU gang used to move its node through eight buckets). The buckets keep nodes in the order they reached
+        their count, and a node moved one GPU at a time ends at the end of its last bucket: so the nodes are
+        re-filed in the order of their last change (``moved`` re-inserts a node at each change), which leaves every
+        bucket as moving one GPU at a time did. A node's own free GPUs are still kept GPU by GPU, in order."""
+        topo = self._topo
+        gpu_type, gpu_node = topo.gpu_type, topo.gpu_node
+        free, partial, node_gpus = self._gpu_free_milli, self._partial, self._node_free_gpus
+        if len(gpus) == 1 and abs(milli) == FULL_GPU_MILLI and free[gpus[0]] == (0 if milli > 0 else FULL_GPU_MILLI):
+            # One whole GPU taken or given back (most placements): its node moves by one, nothing is partial.
+            g = gpus[0]
+            node = gpu_node[g]
+            if milli > 0:
+                free[g] = FULL_GPU_MILLI
+                node_gpus[node][g] = None
+                self._refile(node, 1)
+            else:
+                free[g] = 0
+                del node_gpus[node][g]
+                self._refile(node, -1)
+            return
+        moved: dict[int, int] = {}  # node -> net change of its entirely free GPUs, in order of last change
+        for g in gpus:
+            old = free[g]
+            new = old + milli
+            free[g] = new
+            if 0 < old < FULL_GPU_MILLI:
+                partial[gpu_type[g]].remove((old, g))
+            if 0 < new < FULL_GPU_MILLI:
+                partial[gpu_type[g]].add((new, g))
+            if old == FULL_GPU_MILLI and new < FULL_GPU_MILLI:
+                node = gpu_node[g]
+                del node_gpus[node][g]
+                moved[node] = moved.pop(node, 0) - 1
+            elif new == FULL_GPU_MILLI and old < FULL_GPU_MILLI:
+                node = gpu_node[g]
+                node_gpus[node][g] = None
+                moved[node] = moved.pop(node, 0) + 1
+        for node, delta in moved.items():
+            self._refile(node, delta)
+
+    def _refile(self, node: int, delta: int) -> None:
+        """``node`` has ``delta`` more entirely free GPUs: move it to the end of its new free-count bucket."""
+        t = self._topo.node_type[node]
         before = self._node_free[node]
         after = before + delta
         self._node_free[node] = after
@@ -934,14 +973,10 @@ class ClusterState:
         del buckets[before][node]
         buckets[after][node] = None
         self._type_free[t] += delta
-        if delta < 0:
-            del self._node_free_gpus[node][gpu]
-            if after == 0:
-                self._any_free[t].remove(node)
-        else:
-            self._node_free_gpus[node][gpu] = None
-            if before == 0:
-                self._any_free[t].add(node)
+        if before > 0 and after == 0:
+            self._any_free[t].remove(node)
+        elif before == 0 and after > 0:
+            self._any_free[t].add(node)
 
     # ------------------------------------------------------------------------------------------------------
     # A full consistency check (tests and debugging; O(GPUs + jobs))

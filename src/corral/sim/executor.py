@@ -219,7 +219,7 @@ class SimExecutor:
         placement = job.placement
         if spec.duration_s is None or placement is None or self._sink is None:
             raise InvariantViolation(f"cannot simulate job {spec.job_id!r} without a duration and a placement")
-        start = now_s + self._startup_s(job, placement)
+        start = now_s + self._startup_s(job, placement) if job.preemptions else now_s  # 0 s: a first start
         checkpoint = job.work_done_s
         if job.suspended_from is not None:
             kept = self._suspended_checkpoint.pop(spec.job_id, None)
@@ -362,12 +362,17 @@ class SimExecutor:
         run.demand_event = None
         run.demand = factor
         run.profile = scaled(run.profile, factor, self.perf.topo.gpu_mem_mib[run.placement.gpus[0]])
-        run.seat(run.placement, self.perf.model.spill_penalty)
+        if run.opportunistic:
+            # Its share cap's bite and its memory spill depend on its profile; a guaranteed run's seat does not
+            # (activity and spill 1.0, packed by its share), so it is not re-seated (issue 20: every job of every
+            # replay has one demand change).
+            run.seat(run.placement, self.perf.model.spill_penalty)
         partners = self._partners(run)
         if not partners and not run.opportunistic:
             # Alone and unthrottled its speed does not change: only its measured use and telemetry do.
             self._measure(run.placement.gpus, now_s)
-            self._report(run, now_s)
+            if self.telemetry:
+                self._report(run, now_s)
             return
         self._forget_pairs(run, partners)  # modelled pair rates depend on the profiles
         self._rerate([run.spec.job_id], now_s, force=True)
@@ -412,22 +417,38 @@ class SimExecutor:
     def _enter(self, run: _Run, now_s: float) -> None:
         """``run`` starts holding its GPUs: rate it, predict it, re-rate the jobs it interacts with."""
         job_id = run.spec.job_id
-        for g in run.placement.gpus:
-            self._jobs_on.setdefault(g, {})[job_id] = None
-        partners = self._partners(run)
-        run.factor = self._factor(run)
-        self._predict(run)
-        self._rerate(partners, now_s)
-        self._measure(run.placement.gpus, now_s)
+        jobs_on = self._jobs_on
+        gpus = run.placement.gpus
+        alone = True
+        for g in gpus:
+            on = jobs_on.get(g)
+            if on is None:  # _leave drops a GPU's entry with its last job: an entry always holds someone
+                jobs_on[g] = {job_id: None}
+            else:
+                on[job_id] = None
+                alone = False
+        if alone:
+            # Nobody else on its GPUs (most runs, in most replays): no partner to re-rate, and its speed is its own
+            # throttles', exactly what _factor computes with no one beside it (1.0 x activity x spill).
+            run.factor = run.activity * run.spill
+            self._predict(run)
+        else:
+            partners = self._partners(run)
+            run.factor = self._factor(run)
+            self._predict(run)
+            self._rerate(partners, now_s)
+        self._measure(gpus, now_s)
         assert self._sink is not None
         self._sink.observe_rate(job_id, run.factor)
-        self._report(run, now_s)
+        if self.telemetry:
+            self._report(run, now_s)
 
     def _leave(self, run: _Run, now_s: float, *, keep_times: bool = False) -> None:
         """``run`` stops holding its GPUs: the jobs it interacted with speed up."""
         job_id = run.spec.job_id
         partners = self._partners(run)
-        self._forget_pairs(run, partners)
+        if partners:
+            self._forget_pairs(run, partners)
         for g in run.placement.gpus:
             on = self._jobs_on[g]
             del on[job_id]
@@ -447,11 +468,15 @@ class SimExecutor:
         if not keep_times:
             times = self.job_times.get(job_id)
             if times is None:
-                self.job_times[job_id] = [run.run_s, run.solo_s]
+                # Equal when the run never slowed down (most runs): then one float object for both, not two, which
+                # a million-job replay keeps to its end (issue 20: 24 MB at 1M jobs).
+                run_s, solo_s = run.run_s, run.solo_s
+                self.job_times[job_id] = [run_s, run_s if solo_s == run_s else solo_s]
             else:
                 times[0] += run.run_s
                 times[1] += run.solo_s
-        self._rerate(partners, now_s)
+        if partners:
+            self._rerate(partners, now_s)
         self._measure(run.placement.gpus, now_s)
 
     def _predict(self, run: _Run) -> None:
@@ -532,10 +557,17 @@ class SimExecutor:
 
     def _partners(self, run: _Run) -> list[str]:
         job_id = run.spec.job_id
+        jobs_on = self._jobs_on
+        for g in run.placement.gpus:
+            on = jobs_on.get(g)
+            if on and (len(on) > 1 or job_id not in on):
+                break
+        else:
+            return []  # alone on every one of its GPUs (the common case: answered without building anything)
         seen: dict[str, None] = {}
         runs = self._runs
         for g in run.placement.gpus:
-            for other in self._jobs_on.get(g, ()):
+            for other in jobs_on.get(g, ()):
                 if other != job_id and other not in seen and run.interacts(runs[other]):
                     seen[other] = None
         return list(seen)
@@ -592,23 +624,36 @@ class SimExecutor:
             self._area_sm += self._sm_sum * dt
             self._area_mem += self._mem_sum * dt
         self._last_s = now_s
-        runs = self._runs
+        # The sums are carried in locals and stored once (the same operations in the same order as adding to the
+        # attributes: the figures do not move); this runs at every start, stop and demand change.
+        runs, jobs_on, gpu_sm, gpu_mem = self._runs, self._jobs_on, self._gpu_sm, self._gpu_mem
+        sm_sum, mem_sum = self._sm_sum, self._mem_sum
         for g in gpus:
             sm = mem = 0.0
-            for job_id in self._jobs_on.get(g, ()):
-                run = runs[job_id]
-                sm += run.profile.sm_util * run.factor
-                mem += run.mem_used_mib() * run.profile.mem_mean_frac
+            on = jobs_on.get(g)
+            if on is not None:
+                for job_id in on:
+                    run = runs[job_id]
+                    p = run.profile
+                    sm += p.sm_util * run.factor
+                    peak = p.mem_need_mib  # run.mem_used_mib(), inlined
+                    if run.opportunistic:
+                        cap = run.placement.mem_mib
+                        if cap is not None:
+                            peak = min(peak, cap)
+                    mem += peak * p.mem_mean_frac
             sm = min(1.0, sm)
-            self._sm_sum += sm - self._gpu_sm.pop(g, 0.0)
-            self._mem_sum += mem - self._gpu_mem.pop(g, 0.0)
+            sm_sum += sm - gpu_sm.pop(g, 0.0)
+            mem_sum += mem - gpu_mem.pop(g, 0.0)
             if sm or mem:
-                self._gpu_sm[g] = sm
-                self._gpu_mem[g] = mem
-        if self.timeline_s and self.timeline_s[-1] == now_s:
-            self.timeline_sm[-1] = self._sm_sum
-            self.timeline_mem_mib[-1] = self._mem_sum
+                gpu_sm[g] = sm
+                gpu_mem[g] = mem
+        self._sm_sum, self._mem_sum = sm_sum, mem_sum
+        timeline_s = self.timeline_s
+        if timeline_s and timeline_s[-1] == now_s:
+            self.timeline_sm[-1] = sm_sum
+            self.timeline_mem_mib[-1] = mem_sum
         else:
-            self.timeline_s.append(now_s)
-            self.timeline_sm.append(self._sm_sum)
-            self.timeline_mem_mib.append(self._mem_sum)
+            timeline_s.append(now_s)
+            self.timeline_sm.append(sm_sum)
+            self.timeline_mem_mib.append(mem_sum)

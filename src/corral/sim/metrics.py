@@ -72,6 +72,7 @@ jobs' progress), computed for every policy from what the simulated executor meas
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,10 +163,21 @@ def mean_contention(submit_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
     n = len(submit_s)
     if not n:
         return np.zeros(0)
-    points, inverse = np.unique(np.concatenate((submit_s, end_s)), return_inverse=True)
+    # Each intermediate array is dropped (del) once used: at a million jobs they made a replay's peak memory
+    # (issue 20). The arithmetic is the same, in the same order.
+    both = np.concatenate((submit_s, end_s))
+    # np.unique(both, return_inverse=True) gives the same two arrays; asked for them at once it holds an argsort
+    # and its inverse besides, which at a million jobs made the peak.
+    points = np.unique(both)
+    inverse = np.searchsorted(points, both)
+    del both
     change = np.bincount(inverse, weights=np.concatenate((np.ones(n), -np.ones(n))), minlength=len(points))
     count = np.cumsum(change)  # open intervals on [points[k], points[k + 1])
-    area = np.concatenate(([0.0], np.cumsum(count[:-1] * np.diff(points))))  # integral from points[0] to points[k]
+    del change
+    steps = count[:-1] * np.diff(points)
+    del points
+    area = np.concatenate(([0.0], np.cumsum(steps)))  # integral from points[0] to points[k]
+    del steps
     i_start, i_end = inverse[:n], inverse[n:]
     length = end_s - submit_s
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -182,10 +194,15 @@ def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, floa
     if not n or num_gpus <= 0:
         return rho
     horizon = window_of(jobs).end_s
-    contends = [i for i, j in enumerate(jobs) if j.phase is not JobPhase.REJECTED]
-    submit = np.fromiter((jobs[i].spec.submit_s for i in contends), float, len(contends))
-    end = np.fromiter((horizon if (e := jobs[i].end_s) is None else e for i in contends), float, len(contends))
-    contention = mean_contention(submit, np.maximum(end, submit))
+    # Indices in an array, not a list of ints (8 bytes a job, not 36), and the ends clipped in place: this is the
+    # peak of a million-job replay's memory (issue 20).
+    contends = array("q", (i for i, j in enumerate(jobs) if j.phase is not JobPhase.REJECTED))
+    count = len(contends)
+    submit = np.fromiter((jobs[i].spec.submit_s for i in contends), float, count)
+    end = np.fromiter((horizon if (e := jobs[i].end_s) is None else e for i in contends), float, count)
+    np.maximum(end, submit, out=end)
+    contention = mean_contention(submit, end)
+    del submit, end
     for k, i in enumerate(contends):
         job = jobs[i]
         d = job.spec.duration_s
@@ -250,9 +267,11 @@ def summarize(
     num_gpus: int,
     usage: Usage | None = None,
     failures: Failures | None = None,
+    rho: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``, the node-failure ones
-    without ``failures``."""
+    without ``failures``. ``rho``: :func:`job_rhos` of these jobs, when the caller has it already (a replay needs it
+    for :func:`per_tenant` too, and it costs a pass over every job)."""
     finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
     rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
     jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float, len(finished))
@@ -275,20 +294,28 @@ def summarize(
     out["jobs_requeued_by_failures"] = f.requeued
     out["lost_work_gpu_h"] = _round(f.lost_work_gpu_s / 3600.0)
     out["down_gpu_h"] = _round(f.down_gpu_s / 3600.0)
-    out.update(rho_stats(jobs, job_rhos(jobs, num_gpus, usage.job_speeds if usage is not None else None)))
+    if rho is None:
+        rho = job_rhos(jobs, num_gpus, usage.job_speeds if usage is not None else None)
+    out.update(rho_stats(jobs, rho))
     out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus))
     return out
 
 
 def per_tenant(
-    jobs: Sequence[JobStatus], num_gpus: int | None = None, speeds: Mapping[str, float] | None = None
+    jobs: Sequence[JobStatus],
+    num_gpus: int | None = None,
+    speeds: Mapping[str, float] | None = None,
+    rho: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """One row per tenant, by name. With ``num_gpus`` (the cluster's, needed for T_id), also ``mean_rho`` and
-    ``max_rho`` over the tenant's finished jobs (0.0 when none finished); ``speeds`` as for :func:`job_rhos`."""
+    ``max_rho`` over the tenant's finished jobs (0.0 when none finished); ``speeds`` as for :func:`job_rhos`;
+    ``rho``: ``job_rhos(jobs, num_gpus, speeds)`` when the caller has it already."""
     groups: dict[str, list[JobStatus]] = {}
     for job in jobs:
         groups.setdefault(job.spec.tenant, []).append(job)
-    fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus, speeds)) if num_gpus is not None else None
+    fairness = None
+    if num_gpus is not None:
+        fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus, speeds) if rho is None else rho)
     rows = []
     for tenant in sorted(groups):
         members = groups[tenant]

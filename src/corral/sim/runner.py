@@ -33,7 +33,16 @@ from corral.engine.state import ClusterState
 from corral.policies.framework.contract import BasePolicy
 from corral.sim.executor import SimExecutor
 from corral.sim.failures import NodeEvent
-from corral.sim.metrics import Failures, Usage, Window, per_tenant, summarize, tenant_quota_columns, window_of
+from corral.sim.metrics import (
+    Failures,
+    Usage,
+    Window,
+    job_rhos,
+    per_tenant,
+    summarize,
+    tenant_quota_columns,
+    window_of,
+)
 from corral.sim.perf import PerfModel
 from corral.sim.traces import Trace
 
@@ -123,8 +132,9 @@ def simulate(
         executor.lost_work_gpu_s,
         state.down_gpu_area(win.start_s, win.end_s),
     )
-    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures)
-    tenants = per_tenant(jobs, topo.num_gpus, usage.job_speeds)
+    rho = job_rhos(jobs, topo.num_gpus, usage.job_speeds)  # once, for the summary and the tenants
+    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures, rho)
+    tenants = per_tenant(jobs, topo.num_gpus, usage.job_speeds, rho)
     if areas:
         tenant_quota_columns(tenants, usage, win)
     return SimulationResult(

@@ -118,15 +118,17 @@ def demand_change(job_id: str, seed: int, variation: float) -> tuple[float, floa
 
 def scaled(profile: Profile, factor: float, gpu_mem_mib: int) -> Profile:
     """``profile`` with its SM use and memory need times ``factor`` (within the GPU)."""
+    # Positional arguments, in field order (sm_util, mem_need_mib, mem_mean_frac, mem_bw, solo_step_s, traits,
+    # usage, colocation_type): keywords cost twice as much, and every job's demand change makes one (issue 20).
     return Profile(
-        sm_util=min(1.0, profile.sm_util * factor),
-        mem_need_mib=max(1, min(gpu_mem_mib, round(profile.mem_need_mib * factor))),
-        mem_mean_frac=profile.mem_mean_frac,
-        mem_bw=min(1.0, profile.mem_bw * factor),
-        solo_step_s=profile.solo_step_s,
-        traits=profile.traits,
-        usage=min(1.0, profile.usage * factor),
-        colocation_type=profile.colocation_type,
+        min(1.0, profile.sm_util * factor),
+        max(1, min(gpu_mem_mib, round(profile.mem_need_mib * factor))),
+        profile.mem_mean_frac,
+        min(1.0, profile.mem_bw * factor),
+        profile.solo_step_s,
+        profile.traits,
+        min(1.0, profile.usage * factor),
+        profile.colocation_type,
     )
 
 
@@ -163,15 +165,15 @@ def job_profile(
     if ratio != 1.0:
         sm *= ratio
         bw *= ratio
-    return Profile(
-        sm_util=min(1.0, sm),
-        mem_need_mib=max(1, min(need, gpu_mem_mib)),
-        mem_mean_frac=known.mem_mean_frac,
-        mem_bw=min(1.0, bw),
-        solo_step_s=step / max(gpu_speed, 1e-9),
-        traits=known,
-        usage=usage * share,
-        colocation_type=coloc,
+    return Profile(  # positional, in field order (see scaled)
+        min(1.0, sm),
+        max(1, min(need, gpu_mem_mib)),
+        known.mem_mean_frac,
+        min(1.0, bw),
+        step / max(gpu_speed, 1e-9),
+        known,
+        usage * share,
+        coloc,
     )
 
 

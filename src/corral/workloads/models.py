@@ -57,6 +57,7 @@ Names are matched case-insensitively after dropping ``-`` and ``_`` (``ResNet-50
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -88,11 +89,21 @@ class ModelTraits:
     def ref_batch(self) -> int | None:
         """The reference batch size: the one of its Gavel job type, at which trace durations count (None: the
         type names none, as A3C and CycleGAN, or the model is unknown)."""
-        found = _BATCH_RE.search(self.colocation_type)
-        return int(found.group(1)) if found else None
+        return _ref_batch(self.colocation_type)
 
 
 _BATCH_RE = re.compile(r" \(batch size (\d+)\)$")
+
+
+@functools.cache
+def _ref_batch(colocation_type: str) -> int | None:
+    """The batch size a Gavel job type names (None: none). Cached: a replay asks for it at every memory estimate
+    (IADeep's tuner, the simulator's profiles), and a regular expression search each time was a visible share of
+    such replays (issue 20); there are a few dozen job types."""
+    found = _BATCH_RE.search(colocation_type)
+    return int(found.group(1)) if found else None
+
+
 _GIB = 1024
 
 

@@ -67,7 +67,13 @@ class Planner:
         return self.view.free_gpus(t) if got is None else got
 
     def total_free(self) -> int:
-        return sum(self.type_free(t) for t in range(len(self.topo.type_names)))
+        # type_free() over the types, inlined: asked once per job a round examines.
+        got, view = self._type_free, self.view
+        total = 0
+        for t in range(len(self.topo.type_names)):
+            n = got.get(t)
+            total += view.free_gpus(t) if n is None else n
+        return total
 
     def has_partial(self) -> bool:
         """Is any GPU partly taken (so a fractional request might fit where no GPU is entirely free)?"""
@@ -294,8 +300,14 @@ class Planner:
         return all(g in marked_milli and g in marked_mem and gpu_node[g] in marked_node for g in placement.gpus)
 
     def _set(self, gpu: int, milli: int, mem: int) -> None:
-        topo = self.topo
-        t = topo.gpu_type[gpu]
+        delta = self._set_gpu(gpu, milli, mem)
+        if delta:
+            self._move(self.topo.gpu_node[gpu], self.topo.gpu_type[gpu], delta)
+
+    def _set_gpu(self, gpu: int, milli: int, mem: int) -> int:
+        """Plan ``gpu`` with ``milli`` free share and ``mem`` free memory; returns how many more entirely free GPUs
+        its node has (-1, 0 or 1), for the caller to re-file the node (:meth:`_move`)."""
+        t = self.topo.gpu_type[gpu]
         was = self._gpu_milli.get(gpu)
         old = self.view.gpu_free_milli(gpu) if was is None else was
         if was is not None and 0 < was < FULL_GPU_MILLI:
@@ -307,12 +319,29 @@ class Planner:
         self._gpu_milli[gpu] = milli
         self._gpu_mem[gpu] = mem
         if (old == FULL_GPU_MILLI) != (milli == FULL_GPU_MILLI):
-            self._move(topo.gpu_node[gpu], t, 1 if milli == FULL_GPU_MILLI else -1)
+            return 1 if milli == FULL_GPU_MILLI else -1
+        return 0
 
     def _shift(self, gpus: Iterable[int], milli: int, mem: int) -> None:
-        """Give each of ``gpus`` ``milli`` more free share and ``mem`` more free memory (negative: less)."""
+        """Give each of ``gpus`` ``milli`` more free share and ``mem`` more free memory (negative: less).
+
+        Each node is re-filed once, by its GPUs' net change, not once per GPU (issue 20: an 8-GPU gang moved its node
+        through eight buckets): the indexes are sorted, so where a node ends up does not depend on the path."""
+        if type(self)._set is not Planner._set:  # a subclass keeps its entries its own way: GPU by GPU, through it
+            for g in gpus:
+                self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+            return
+        moved: dict[int, int] = {}
+        gpu_node = self.topo.gpu_node
         for g in gpus:
-            self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+            delta = self._set_gpu(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
+            if delta:
+                node = gpu_node[g]
+                moved[node] = moved.get(node, 0) + delta
+        node_type = self.topo.node_type
+        for node, delta in moved.items():
+            if delta:
+                self._move(node, node_type[node], delta)
 
     def _move(self, node: int, t: int, delta: int) -> None:
         """``node`` (of type ``t``) has ``delta`` more entirely free GPUs: re-file it in the free-count indexes."""

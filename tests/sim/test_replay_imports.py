@@ -1,0 +1,47 @@
+"""A replay imports no live-mode code (issue 20: ``corral simulate`` on a small trace was mostly imports).
+
+``corral simulate`` runs in a fresh interpreter, and the modules it imported are checked: none of FastAPI, uvicorn,
+httpx or corral's live mode (``corral.live``, ``corral.cli.live``). The live commands are still all there, loaded
+when asked for; the two things the CLI repeats so as not to import live mode stay equal to their originals.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from corral.workloads.data import data_file
+
+SIXTY = str(data_file("tiresias", "60_job.csv"))
+CHILD = """
+import json, sys
+from corral.cli.main import cli
+try:
+    cli(sys.argv[1:], standalone_mode=False)
+finally:
+    print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_simulate_imports_no_live_mode() -> None:
+    args = ["simulate", "--format", "tiresias", "--trace", SIXTY, "--cluster", "n32g4", "--no-progress"]
+    proc = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True)
+    modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "corral.sim.runner" in modules  # it did replay
+    live = [m for m in modules if m.split(".")[0] in {"fastapi", "uvicorn", "httpx", "starlette"}]
+    live += [m for m in modules if m == "corral.live" or m.startswith(("corral.live.", "corral.cli.live"))]
+    assert live == []
+
+
+def test_live_commands_load_on_demand() -> None:
+    from corral.cli import main
+    from corral.cli.live import LIVE_COMMANDS
+    from corral.cli.options import DEFAULT_STATE_DIR
+    from corral.live.config import DEFAULT_STATE_DIR as LIVE_STATE_DIR
+
+    assert sorted(main.LIVE_COMMAND_NAMES) == sorted(c.name for c in LIVE_COMMANDS if c.name)
+    assert DEFAULT_STATE_DIR == LIVE_STATE_DIR
+    ctx = main.cli.make_context("corral", ["--help"], resilient_parsing=True)
+    for name in main.LIVE_COMMAND_NAMES:
+        assert main.cli.get_command(ctx, name) is not None
