@@ -101,3 +101,64 @@ def test_since_is_a_time_ago_or_a_date(text: str, expected: float) -> None:
 def test_a_bad_since_says_the_forms(text: str) -> None:
     with pytest.raises(ValueError, match=r"--since: expected a time ago \(90s"):
         parse_since(text, T0)
+
+
+# -- through corral serve and the CLI --------------------------------------------------------------------------
+def test_export_trace_writes_what_a_replay_reads(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from corral.live.client import Client
+    from live_server import start_server, stop_server
+
+    server = start_server(tmp_path / "state", "--gpus", "2")
+    try:
+        token = (tmp_path / "state" / "admin.token").read_text().strip()
+        client = Client(server.url, token)
+        ids = [client.submit([sys.executable, "-c", "import time; time.sleep(0.3)"])["job_id"] for _ in range(3)]
+        client.submit(["/no/such/program"])  # fails at once: it held its GPU a moment
+        while any(client.job(i)["phase"] not in ("finished", "failed") for i in ids):
+            time.sleep(0.05)
+        env = {**os.environ, "CORRAL_URL": server.url, "CORRAL_TOKEN": token}
+        corral = [sys.executable, "-m", "corral.cli.main"]
+        out = subprocess.run(
+            [*corral, "export-trace", "--since", "1h", "--out", str(tmp_path / "t.csv"), "--cluster-out",
+             str(tmp_path / "c.toml")],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "jobs written to" in out.stderr and "submit_s counts from" in out.stderr
+        rows = (tmp_path / "t.csv").read_text().splitlines()
+        assert rows[0] == "job_id,submit_s,duration_s,num_gpus,gpu_milli,tenant,job_class"
+        assert {r.split(",")[0] for r in rows[1:]} >= set(ids)
+        again = subprocess.run(
+            [*corral, "export-trace", "--out", str(tmp_path / "t.csv")], env=env, capture_output=True, text=True
+        )
+        assert again.returncode != 0 and "exists; pass --overwrite" in again.stderr
+        replay = subprocess.run(
+            [*corral, "simulate", "--format", "csv", "--trace", str(tmp_path / "t.csv"),
+             "--cluster", str(tmp_path / "c.toml"), "--policy", "fifo"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert replay.returncode == 0, replay.stderr + replay.stdout
+        whatif = subprocess.run(
+            [*corral, "whatif", "--policy", "sjf", "--since", "1h", "--out", str(tmp_path / "wi"), "--no-progress"],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert whatif.returncode == 0, whatif.stderr + whatif.stdout
+        assert "replaying them under fifo (this server's)" in whatif.stderr
+        made = {f.name for f in (tmp_path / "wi").iterdir()}
+        assert {"trace.csv", "cluster.toml", "comparison.csv", "fifo", "sjf"} <= made, made
+        refused = subprocess.run(
+            [*corral, "whatif", "--policy", "sjf", "--out", str(tmp_path / "wi")], env=env, capture_output=True,
+            text=True,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "the folder is not empty" in refused.stderr
+        bad = subprocess.run(
+            [*corral, "export-trace", "--since", "yesterday", "--out", "-"], env=env, capture_output=True, text=True
+        )
+        assert bad.returncode != 0 and "--since: expected a time ago" in bad.stderr
+    finally:
+        stop_server(server)

@@ -273,3 +273,36 @@ def test_a_warm_run_outlives_its_agent_and_zygote_and_is_adopted(tmp_path: Path)
         first.close()
         second.close()
         kill_everything_under(state)
+
+
+def test_a_job_file_may_ask_for_a_warm_start(tmp_path: Path) -> None:
+    from corral.cli.live import load_job_file
+    from corral.live.config import ConfigFileError
+
+    job = tmp_path / "job.toml"
+    job.write_text('command = "python train.py"\nwarm = true\n')
+    assert load_job_file(job)["warm"] is True
+    job.write_text('command = "python train.py"\nwarm = "yes"\n')
+    with pytest.raises(ConfigFileError, match="warm: bad value; expected true or false"):
+        load_job_file(job)
+
+
+def test_a_run_whose_zygote_is_gone_starts_cold_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    rec = Recorder()
+    agent = Agent(state, discover_gpus(stand_in=1), rec, report_interval_s=0.5, warm=True)
+    try:
+        agent.start()
+        zygote = agent._zygote
+        assert zygote is not None and zygote.wait_ready(60.0)
+        zygote.close()  # gone between the check that it is ready and the request
+        monkeypatch.setattr(zygote, "ready", lambda: True)
+        script = tmp_path / "ok.py"
+        script.write_text("print('ran')\n")
+        agent.launch(req("z", PY, str(script), warm=True))
+        assert rec.wait(ProcessExited, "z").exit_code == 0
+        log = agent.log_path("z").read_text()
+        assert "=== corral: started cold, not warm: the warm workers failed" in log and "ran" in log
+    finally:
+        agent.close()
+        kill_everything_under(state)

@@ -356,7 +356,7 @@ def _print_json(value: Any) -> None:
 
 # -- submit -----------------------------------------------------------------------------------------------------
 _JOB_FILE_KEYS = ("command", "tenant", "num_gpus", "gpu_milli", "opportunistic", "name", "cwd", "env", "gpu_mem_mib",
-                  "priority")  # fmt: skip
+                  "priority", "warm")  # fmt: skip
 
 
 def load_job_file(path: Path) -> dict[str, Any]:
@@ -390,7 +390,7 @@ def load_job_file(path: Path) -> dict[str, Any]:
         elif key in ("num_gpus", "gpu_milli", "gpu_mem_mib", "priority"):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigFileError("bad value", file=file, column=key, expected="an integer", got=value)
-        elif key == "opportunistic":
+        elif key in ("opportunistic", "warm"):
             if not isinstance(value, bool):
                 raise ConfigFileError("bad value", file=file, column=key, expected="true or false", got=value)
         elif key == "env" and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
@@ -468,6 +468,13 @@ def exported_env(specs: Sequence[str], environ: Mapping[str, str]) -> dict[str, 
 @click.option("--priority", type=int, help="Priority (higher first, for policies that use it).")
 @click.option("--file", "job_file", type=click.Path(dir_okay=False), help="A TOML job file; flags override it.")
 @click.option(
+    "--warm",
+    is_flag=True,
+    default=None,
+    help="Start it from the node's warm workers, torch already imported (a server with warm_starts; the command "
+    "must be python [-u] SCRIPT ... or python [-u] -m MODULE ...).",
+)
+@click.option(
     "--wait",
     "wait_end",
     is_flag=True,
@@ -495,6 +502,7 @@ def submit(
     gpu_mem_mib: int | None,
     priority: int | None,
     job_file: str | None,
+    warm: bool | None,
     wait_end: bool,
     no_check: bool,
     as_json: bool,
@@ -518,6 +526,7 @@ def submit(
             "cwd": str(Path(cwd).resolve()) if cwd else None,
             "gpu_mem_mib": gpu_mem_mib,
             "priority": priority,
+            "warm": warm,
         }
         fields.update({k: v for k, v in given.items() if v is not None})
         # Explicit values win over exported ones: the job file's env, then --env over it.
@@ -538,6 +547,7 @@ def submit(
                 env=env,
                 gpu_mem_mib=fields.get("gpu_mem_mib"),
                 priority=fields.get("priority", 0),
+                warm=bool(fields.get("warm", False)),
             )
             if not as_json:
                 click.echo(visible(job["job_id"]))
@@ -1089,4 +1099,120 @@ def _cluster_table(snap: ClusterJson) -> Table:
     return table
 
 
-LIVE_COMMANDS: tuple[click.Command, ...] = (serve, submit, jobs, job, logs, events, wait, cancel, tenants)
+@click.command("export-trace")
+@click.option("--since", help="Jobs submitted since then: a time ago (7d, 12h, 30m) or a date (2026-11-20[T08:00]).")
+@click.option(
+    "--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The trace to write (CSV; '-': stdout)."
+)
+@click.option(
+    "--cluster-out",
+    type=click.Path(dir_okay=False),
+    help="Also write the cluster (GPUs, nodes, tenants, quotas) as a cluster file for --cluster.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace files that exist.")
+@client_options
+def export_trace(since: str | None, out_path: str, cluster_out: str | None, overwrite: bool, **client: Any) -> None:
+    """Write the jobs that ran here as a trace (and the cluster as a cluster file), for what-if replays:
+
+    \b
+    corral export-trace --since 7d --out week.csv --cluster-out here.toml
+    corral compare --format csv --trace week.csv --cluster here.toml --policy fifo --policy tiresias --policy antman
+
+    A row's duration is the time the job held GPUs here; jobs still pending or running are left out (docs/live.md,
+    "This cluster's history as a trace"). With a tenant's token, that tenant's jobs only."""
+    from corral.live.export import cluster_toml, parse_since, trace_csv, trace_rows
+
+    with _errors():
+        since_s = None
+        if since is not None:
+            try:
+                since_s = parse_since(since, time.time())
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        targets = [t for t in (out_path, cluster_out) if t is not None and t != "-"]
+        for target in targets:
+            if Path(target).exists() and not overwrite:
+                raise ConfigError(f"{target} exists; pass --overwrite to replace it")
+        with make_client(**client) as api:
+            export = trace_rows(api.iter_jobs(), since_s=since_s)
+            cluster_text = cluster_toml(api.cluster(), api.tenants()) if cluster_out else None
+        text = trace_csv(export)
+        if out_path == "-":
+            click.echo(text, nl=False)
+        else:
+            Path(out_path).write_text(text)
+        if cluster_out is not None and cluster_text is not None:
+            Path(cluster_out).write_text(cluster_text)
+        left = ", ".join(f"{n} {why}" for why, n in sorted(export.left_out.items())) or "none"
+        origin = "" if export.origin_s is None else f"; submit_s counts from {_when(export.origin_s)} (local time)"
+        where = "stdout" if out_path == "-" else out_path
+        click.echo(f"{len(export.rows)} jobs written to {visible(where)}{origin}; left out: {visible(left)}", err=True)
+
+
+@click.command()
+@click.option(
+    "--policy", "policies", multiple=True, required=True, help="A policy to try (repeat): NAME[:key=value,...]."
+)
+@click.option(
+    "--current",
+    help="The server's own policy as NAME[:key=value,...] (default: its name, with default options).",
+)
+@click.option("--since", default="7d", show_default=True, help="The history to replay, as for export-trace.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write it all.")
+@click.option("--overwrite", is_flag=True, help="Let --out name a folder that is not empty (corral's files go).")
+@click.option("--progress/--no-progress", default=True, help="Show the replays' progress.")
+@client_options
+@click.pass_context
+def whatif(
+    ctx: click.Context,
+    /,
+    policies: tuple[str, ...],
+    current: str | None,
+    since: str,
+    out_dir: str,
+    overwrite: bool,
+    progress: bool,
+    **client: Any,
+) -> None:
+    """What other policies would have done with this cluster's own history: export-trace, then compare the
+    server's policy with each --policy on it, in one step. Writes trace.csv and cluster.toml (the inputs), the
+    comparison and report.html to --out."""
+    from corral.live.export import cluster_toml, parse_since, trace_csv, trace_rows
+    from corral.sim.report import prepare_out
+
+    with _errors():
+        try:
+            since_s = parse_since(since, time.time())
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        out = prepare_out(out_dir, overwrite=overwrite, per_policy=True)
+        with make_client(**client) as api:
+            export = trace_rows(api.iter_jobs(), since_s=since_s)
+            cluster = api.cluster()
+            found = cluster_toml(cluster, api.tenants())
+        if not export.rows:
+            raise ConfigError(f"no job ran and ended here since {_when(since_s)}: nothing to replay")
+        (out / "trace.csv").write_text(trace_csv(export))
+        (out / "cluster.toml").write_text(found)
+        mine = current or str(cluster["policy"]).split("(", 1)[0]
+        click.echo(
+            f"{len(export.rows)} jobs since {_when(since_s)}; replaying them under {mine} (this server's)", err=True
+        )
+        root = ctx.find_root()
+        compare = root.command.get_command(root, "compare") if isinstance(root.command, click.Group) else None
+        assert compare is not None, "corral's command group has a compare command"
+        ctx.invoke(
+            compare,
+            policies=(mine, *(p for p in policies if p != mine)),
+            out_dir=str(out),
+            overwrite=True,  # only this command's own inputs are there (prepare_out cleared the rest)
+            fmt="csv",
+            trace_path=str(out / "trace.csv"),
+            cluster_spec=str(out / "cluster.toml"),
+            progress=progress,
+        )
+
+
+LIVE_COMMANDS: tuple[click.Command, ...] = (
+    serve, submit, jobs, job, logs, events, wait, cancel, tenants, export_trace, whatif
+)  # fmt: skip

@@ -463,7 +463,19 @@ def _out_options(fn: F) -> F:
 
 # The live commands of corral.cli.live, by name: loaded only when one of them is asked for (or for --help), so that
 # a replay imports no live-mode module (issue 20). tests/sim/test_replay_imports.py holds this list to LIVE_COMMANDS.
-LIVE_COMMAND_NAMES = ("serve", "submit", "jobs", "job", "logs", "events", "wait", "cancel", "tenants")
+LIVE_COMMAND_NAMES = (
+    "serve",
+    "submit",
+    "jobs",
+    "job",
+    "logs",
+    "events",
+    "wait",
+    "cancel",
+    "tenants",
+    "export-trace",
+    "whatif",
+)
 
 
 class _Cli(click.Group):

@@ -6,7 +6,7 @@ without ``--columns`` (:mod:`corral.sim.traces.generic`), and the cluster (GPUs,
 TOML format of ``docs/clusters.md``, so that::
 
     corral export-trace --since 7d --out week.csv --cluster-out here.toml
-    corral compare --trace week.csv --cluster here.toml --policies fifo,tiresias,antman
+    corral compare --format csv --trace week.csv --cluster here.toml --policy fifo --policy tiresias --policy antman
 
 replays this cluster's own last week under other policies. What a row says:
 

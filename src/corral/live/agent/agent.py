@@ -103,7 +103,7 @@ from corral.live.agent.processes import (
     write_marker,
 )
 from corral.live.agent.shim import start_ticks, write_atomic
-from corral.live.agent.zygote import Zygote, warm_form
+from corral.live.agent.zygote import Zygote, ZygoteUnavailable, warm_form
 
 log = logging.getLogger("corral.live.agent")
 
@@ -1131,8 +1131,14 @@ class Agent:
                 logf.flush()
                 if warm is True:
                     assert self._zygote is not None
-                    warm_pid = self._zygote.spawn(rd, req.command, env, req.cwd, logf.fileno())
-                else:
+                    try:
+                        warm_pid = self._zygote.spawn(rd, req.command, env, req.cwd, logf.fileno())
+                    except ZygoteUnavailable as e:  # nothing was forked: this run starts cold all the same
+                        log.warning("job %r run %d: warm start failed, starting it cold: %s", req.job_id, req.run, e)
+                        logf.write(f"=== corral: started cold, not warm: the warm workers failed ({e}) ===\n".encode())
+                        logf.flush()
+                        warm = "failed"
+                if warm is not True:
                     popen = subprocess.Popen(
                         [*shim, "--", *req.command],
                         cwd=req.cwd,

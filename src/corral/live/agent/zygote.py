@@ -96,6 +96,10 @@ def warm_argv(command: Sequence[str]) -> WarmCommand | str:
 # ==============================================================================================================
 # The agent's end
 # ==============================================================================================================
+class ZygoteUnavailable(OSError):
+    """The zygote forked nothing for this request (see :meth:`Zygote.spawn`)."""
+
+
 class Zygote:
     """The agent's handle on its zygote: started with :meth:`start`, asked for runs with :meth:`spawn`, stopped
     with :meth:`close`. The zygote gets only the harmless part of the agent's environment (a job is forked from its
@@ -138,20 +142,27 @@ class Zygote:
         return True
 
     def spawn(self, run_dir: Path, command: Sequence[str], env: Mapping[str, str], cwd: str, log_fd: int) -> int:
-        """Fork the run's shim; its pid. ``OSError`` if the zygote cannot."""
+        """Fork the run's shim; its pid. :class:`ZygoteUnavailable` when nothing was forked (the zygote is not
+        there, or said it could not): the run may start cold. Another ``OSError`` (the answer lost after the
+        request went out) leaves it unknown whether a shim was forked: the run must not start a second time."""
         request = {"run_dir": str(run_dir), "command": list(command), "env": dict(env), "cwd": cwd}
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(10.0)
-            conn.connect(str(self.socket_path))
+            try:
+                conn.connect(str(self.socket_path))
+            except OSError as e:
+                raise ZygoteUnavailable(f"the warm workers' socket: {e}") from None
             conn.sendmsg(
                 [json.dumps(request).encode() + b"\n"],
                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [log_fd]))],
             )
             with conn.makefile("rb") as answers:
                 line = answers.readline(MAX_REQUEST)
-        answer = json.loads(line) if line else {"error": "the zygote closed the connection"}
+        if not line:
+            raise OSError("the warm workers closed the connection without an answer")
+        answer = json.loads(line)
         if "pid" not in answer:
-            raise OSError(f"the warm-start zygote failed: {answer.get('error')}")
+            raise ZygoteUnavailable(f"the warm workers could not start it: {answer.get('error')}")
         return int(answer["pid"])
 
     def close(self) -> None:
