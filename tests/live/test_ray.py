@@ -122,6 +122,39 @@ def _env_lines(path: Path) -> list[dict[str, str]]:
     return [json.loads(line[4:]) for line in path.read_text().splitlines() if line.startswith("ENV ")]
 
 
+def test_a_warm_job_on_a_ray_node_is_forked_from_that_nodes_zygote(ray_nodes: RayNodes, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="warm starts are for scripts that use torch (pip install corral[torch])")
+    config = ServeConfig(
+        state_dir=tmp_path / "state",
+        ray=ray_nodes.cluster.address,
+        tenants=(TenantConfig("alice", None),),
+        grace_s=5.0,
+        policy="fifo",
+        warm_starts=True,
+    )
+    c = Controller.from_config(config)
+    c.start()
+    try:
+        script = tmp_path / "warm.py"
+        script.write_text("import sys\nprint('torch already:', 'torch' in sys.modules)\n")
+        zlogs = lambda: list((tmp_path / "state" / "nodes").glob("*/zygote.log"))  # noqa: E731
+        _until(lambda: len(zlogs()) == 3 and all("imported" in z.read_text() for z in zlogs()), 120, "3 zygotes")
+        job = c.submit(
+            JobRequest(
+                command=(PY, str(script)), tenant="alice", cwd=os.getcwd(), warm=True, env={"PATH": os.environ["PATH"]}
+            )
+        )
+        _until(lambda: c.job(job.job_id).phase is JobPhase.FINISHED, what="the warm job finished")
+        log, _ = c.read_log(job.job_id, 0, 1 << 20)
+        assert b"torch already: True" in log and b"started cold" not in log, log
+    finally:
+        c.stop()
+        _kill_runs(tmp_path / "state")
+        for name in list(ray_nodes.nodes):  # the next test finds fresh agents (without zygotes)
+            with contextlib.suppress(Exception):
+                ray.kill(ray.get_actor(f"corral-agent-{name}", namespace="corral"))
+
+
 def test_a_job_larger_than_a_node_runs_as_a_gang_across_nodes(controller: Controller, tmp_path: Path) -> None:
     snap = controller.cluster()
     assert snap.num_gpus == 6

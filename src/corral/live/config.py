@@ -183,7 +183,7 @@ class ServeConfig:
     # Whether GET /metrics needs the admin token (Prometheus' bearer_token). Off by default: the metrics name no
     # command, environment or token, and a scraper usually has none (corral.live.api.metrics).
     metrics_token: bool = False
-    # Warm starts (corral.live.agent.zygote): the embedded agent keeps a process with torch imported to fork the
+    # Warm starts (corral.live.agent.zygote): each node's agent keeps a process with torch imported to fork the
     # runs of jobs submitted with --warm. Off by default: the process holds a few hundred MiB.
     warm_starts: bool = False
     # The dashboard's history (corral.live.dashboard.history): one sample every dashboard_sample_s, the last

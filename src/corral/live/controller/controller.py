@@ -233,6 +233,7 @@ class Controller:
                     checkpoint_dir=str(config.checkpoint_dir) if config.checkpoint_dir is not None else None,
                     stand_in_mem_mib=config.stand_in_mem_mib,
                     expect=tuple(parse_expected_node(spec) for spec in config.ray_expect),
+                    warm=config.warm_starts,
                 )
             )
             found = ray_cluster.connect()

@@ -74,6 +74,7 @@ class AgentActor:
         stand_in_mem_mib: int,
         report_s: float,
         checkpoint_dir: str | None,
+        warm: bool = False,
     ) -> None:
         from corral.live.agent import Agent
         from corral.live.agent.gpus import discover_gpus
@@ -91,6 +92,7 @@ class AgentActor:
             self._collect,
             report_interval_s=report_s,
             checkpoint_root=Path(checkpoint_dir) if checkpoint_dir else None,
+            warm=warm,  # its zygote runs beside it on its node, with the node's Python
         )
         self._agent.start()
 
@@ -234,6 +236,7 @@ class RayOptions:
     report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S
     # Nodes that may join later: (corral.node label, GPU count, GPU type or None for the present nodes' one type)
     expect: tuple[tuple[str, int, str | None], ...] = ()
+    warm: bool = False  # each node's agent keeps a zygote for warm starts (corral.live.agent.zygote)
 
 
 class RayNode:
@@ -499,6 +502,7 @@ class RayCluster:
                 self.options.stand_in_mem_mib,
                 self.options.report_interval_s,
                 self.options.checkpoint_dir or str(Path(self.options.state_dir) / "checkpoints"),
+                self.options.warm,
             )
         )
         try:
