@@ -196,15 +196,7 @@ def corral_fifo(jobs_csv: Path, jobs: list[Job] | None = None) -> dict[str, tupl
     from corral.sim.runner import simulate
     from corral.sim.traces import Trace, read_philly
 
-    neutral = PerfModel(
-        spread_rate=1.0,
-        cross_rack_rate=1.0,
-        model_spread=False,
-        gpu_speed=False,
-        restore_s=0.0,
-        suspend_resume_s=0.0,
-        demand_variation=0.0,
-    )
+    neutral = PerfModel.neutral()
     trace = read_philly(jobs_csv)
     if jobs is not None:
         by_id = {spec.job_id: spec for spec in trace.jobs}

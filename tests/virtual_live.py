@@ -19,15 +19,7 @@ from corral.policies import make_policy
 from corral.sim.perf import PerfModel
 from corral.sim.traces import Trace
 
-NEUTRAL = PerfModel(
-    spread_rate=1.0,
-    cross_rack_rate=1.0,
-    model_spread=False,
-    gpu_speed=False,
-    restore_s=0.0,
-    suspend_resume_s=0.0,
-    demand_variation=0.0,
-)
+NEUTRAL = PerfModel.neutral()
 
 
 def virtual_controller(

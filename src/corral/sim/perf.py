@@ -110,6 +110,21 @@ class PerfModel:
         },
     )
 
+    @classmethod
+    def neutral(cls) -> PerfModel:
+        """Every job at rate 1.0 from start to end: no locality penalty, no GPU speed, no restore or resume cost,
+        no demand variation. On it a replay's times are those of a bare scheduler's (the live-parity tests, the
+        bare-bones reference of benchmarks/bare_fifo.py)."""
+        return cls(
+            spread_rate=1.0,
+            cross_rack_rate=1.0,
+            model_spread=False,
+            gpu_speed=False,
+            restore_s=0.0,
+            suspend_resume_s=0.0,
+            demand_variation=0.0,
+        )
+
     def __post_init__(self) -> None:
         for name in ("spread_rate", "cross_rack_rate"):
             value = getattr(self, name)
