@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import resource
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -48,3 +49,11 @@ def wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 6
         if time.monotonic() > deadline or server.poll() is not None:
             raise SystemExit("corral serve did not come up")
         time.sleep(0.1)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a ``corral serve`` the benchmark starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

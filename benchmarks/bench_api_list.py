@@ -21,7 +21,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import wait_healthy
+from _common import free_port, wait_healthy
 
 from corral.core.job import JobSpec, JobStatus
 from corral.live.records import JobRequest, ProcessState
@@ -42,13 +41,6 @@ from corral.live.store import Store
 
 TOKEN = "bench-admin-token-0123456789"
 SERVE = [sys.executable, "-m", "corral.cli.main", "serve"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fill(state: Path, n: int) -> None:
@@ -98,7 +90,7 @@ def main() -> None:
         config.write_text(
             f'[server]\npolicy = "fifo"\nadmin_token = "{TOKEN}"\n\n[[tenants]]\nname = "queued"\nquota_gpus = 0\n'
         )
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         started = time.perf_counter()
         server = subprocess.Popen(

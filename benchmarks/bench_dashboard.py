@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import wait_healthy
-from bench_api_list import SERVE, TOKEN, _free_port, fill
+from _common import free_port, wait_healthy
+from bench_api_list import SERVE, TOKEN, fill
 
 
 def _rounds(http: httpx.Client) -> tuple[float, float]:
@@ -114,7 +114,7 @@ def main() -> None:
             f'[[tenants]]\nname = "queued"\nquota_gpus = 0\n\n[[tenants]]\nname = "busy"\nquota_gpus = {args.gpus}\n'
         )
         config.chmod(0o600)  # it holds the admin token
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = [*SERVE, "--config", str(config), "--state-dir", str(state), "--port", str(port), "--quiet"]
         server = subprocess.Popen([*command, "--gpus", str(args.gpus)], stdout=subprocess.DEVNULL)

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import wait_healthy
-from bench_api_list import SERVE, TOKEN, _free_port, fill, timed
+from _common import free_port, wait_healthy
+from bench_api_list import SERVE, TOKEN, fill, timed
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
             f'[server]\npolicy = "fifo:backfill=true"\nadmin_token = "{TOKEN}"\n\n'
             f'[[tenants]]\nname = "queued"\nquota_gpus = 0\n\n[[tenants]]\nname = "busy"\nquota_gpus = {args.gpus}\n'
         )
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = [*SERVE, "--config", str(config), "--state-dir", str(state), "--port", str(port)]
         server = subprocess.Popen(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import wait_healthy
+from _common import free_port, wait_healthy
 
 from corral.live.client import Client
 
@@ -58,13 +57,6 @@ print(*map(repr, t))
 PHASES = ("interpreter up", "torch imported", "corral.job imported", "model built", "first step")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _warm_config(tmp: Path) -> Path:
     conf = tmp / "corral.toml"
     conf.write_text("[server]\nwarm_starts = true\n")
@@ -80,7 +72,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen(
             [
                 sys.executable,

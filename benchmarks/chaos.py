@@ -55,7 +55,6 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,6 +66,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import free_port
 
 from corral.live.agent import safe_name
 from corral.live.client import Client, ClientError, JobJson
@@ -273,13 +275,6 @@ class Report:
 
 
 # -- processes ----------------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _exits(events: list[Any]) -> dict[int, str]:
     """What the controller noted of each run's exit (its "exited" events): ``run -> "exited with code 0"``..."""
     exits: dict[int, str] = {}
@@ -456,7 +451,7 @@ class Chaos:
         self.starts += 1
         if self.starts > 2 * self.o.kills + 10:
             raise RuntimeError(f"corral serve keeps failing to start: see the logs in {self.work}")
-        port = _free_port()
+        port = free_port()
         with open(self.work / f"server-{self.starts}.log", "wb") as out:  # the child keeps its own copy
             self.server = subprocess.Popen(
                 [
