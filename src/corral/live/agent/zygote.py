@@ -114,6 +114,9 @@ class Zygote:
     def start(self) -> None:
         from corral.core import contract
 
+        # A socket left by a zygote that died with an earlier agent would read as ready until the new one binds.
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
         env = contract.passed_env(os.environ)
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
