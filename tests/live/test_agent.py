@@ -699,6 +699,38 @@ def test_adopt_a_running_job(node: Node, tmp_path: Path) -> None:
     assert "run 1 ended" in second.log_path("j").read_text()
 
 
+# A corral.job job that steps until the file argv[1] exists; it reconnects to a restarted agent within 1 s.
+LIBRARY_STEPS = r"""
+import os, sys, time
+import corral.job
+with corral.job.Job(verbose=False, reconnect_s=1.0) as job:
+    while not os.path.exists(sys.argv[1]):
+        with job.step():
+            time.sleep(0.02)
+"""
+
+
+def test_a_run_paused_by_an_earlier_agent_resumes_when_the_next_one_is_told_to(node: Node, tmp_path: Path) -> None:
+    """Found by the chaos test under Gandiva: a job paused over the channel, then the controller restarted and
+    resumed it before the job reconnected. The new agent knew no pause (a SIGCONT does not end a pause at a step
+    boundary), the job reconnected saying Paused, and waited for good while the controller counted it running."""
+    first, rec1 = node.agent()
+    done = tmp_path / "done"
+    first.launch(req("p", PY, "-c", LIBRARY_STEPS, str(done), grace_s=5.0))
+    rec1.wait(JobSaid, "p", pred=lambda r: isinstance(r.message, contract.Hello))
+    first.pause("p", 1, seq=4)
+    rec1.wait(JobSaid, "p", pred=lambda r: isinstance(r.message, contract.Paused))
+    first.close()
+    second, rec2 = node.agent()
+    assert second.adopt("p", 1)
+    second.resume("p", 1, seq=5)  # before the job is back on the channel (it retries every second)
+    rec2.wait(JobSaid, "p", pred=lambda r: isinstance(r.message, contract.Paused))  # its reconnection says so
+    rec2.wait(JobSaid, "p", pred=lambda r: isinstance(r.message, contract.Resumed))
+    done.touch()
+    ex = rec2.wait(ProcessExited, "p")
+    assert (ex.exit_code, ex.requested) == (0, None)
+
+
 def test_adopt_then_preempt_uses_the_recorded_grace(node: Node, tmp_path: Path) -> None:
     first, _ = node.agent()
     first.launch(req("s", PY, "-c", IGNORE_TERM, str(tmp_path), grace_s=0.3))

@@ -188,6 +188,10 @@ class _Run:
     killed: bool = False
     paused_by: Literal["channel", "signal"] | None = None
     held: bool = False  # paused before it started: not spawned until resumed; paused once up if already spawning
+    # The controller's last word on pausing it, and the seq of its last resume: a job paused over the channel by an
+    # earlier agent that reconnects after this one was told to resume it says Paused, and is sent Resume again.
+    told: Literal["pause", "resume"] | None = None
+    resume_seq: int | None = None
     conn: _Conn | None = None
     bad_messages: int = 0  # bad messages received from it, over all its connections
     cut_off: bool = False  # disconnected for sending too many: its hellos are refused
@@ -623,6 +627,7 @@ class Agent:
             r = self._lookup(job_id, run, "pause")
             if r is None or r.paused_by is not None or r.requested is not None:
                 return
+            r.told = "pause"
             if r.state != "running":
                 # Its launch waits (for the job's previous run to exit, or for GPUs being freed), or its process
                 # is being started: it must not run while the controller counts it paused.
@@ -640,6 +645,7 @@ class Agent:
             r = self._lookup(job_id, run, "resume")
             if r is None:
                 return
+            r.told, r.resume_seq = "resume", seq
             if r.held:
                 r.held = False
                 self._wake()  # it may start now
@@ -1377,7 +1383,11 @@ class Agent:
             if isinstance(message, contract.StepReport):
                 self._outbox.append(JobReported(run.job_id, run.run, message))
                 return True
-            if isinstance(message, contract.Paused) and run.paused_by is None:
+            if isinstance(message, contract.Paused) and run.told == "resume":
+                # Paused by an earlier agent (or before this agent's resume reached it) and said so on reconnecting,
+                # after the controller asked for it to run: a SIGCONT does not end a pause at a step boundary.
+                self._send(run, contract.Resume(seq=run.resume_seq))
+            elif isinstance(message, contract.Paused) and run.paused_by is None:
                 run.paused_by = "channel"
             elif isinstance(message, contract.Resumed) and run.paused_by == "channel":
                 run.paused_by = None
