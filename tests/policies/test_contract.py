@@ -360,44 +360,7 @@ def digests() -> dict[str, str]:
 # -- known defects ------------------------------------------------------------------------------------------------
 # Failures this suite found that are not fixed yet: each is expected to fail (strictly: a fix makes its test pass,
 # and the run then fails until the entry goes). (test, configuration, workload) -> what is wrong.
-_LIVELOCK = (
-    "livelock: 8-GPU jobs are demoted after 25 s (200 GPU-s), shorter than the 30 s restore, and the starvation "
-    "guard brings each back to preempt the other before either makes progress; Tiresias has no minimum run"
-)
-_SUSPENDED_NOT_MOVED = (
-    "Gandiva's time slice suspends a job for one that needs its GPU type, and the suspended job waits for its own "
-    "GPUs while GPUs of another type it could use stay idle (it is not migrated there)"
-)
-KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {
-    ("test_same_seed_same_decisions", "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2", "tenants"): _LIVELOCK,
-    (
-        "test_same_seed_same_decisions_in_another_process",
-        "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2",
-        "tenants",
-    ): _LIVELOCK,
-    ("test_invariants_hold_after_every_round", "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2", "sixty"): (
-        _LIVELOCK
-    ),
-    ("test_invariants_hold_after_every_round", "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2", "tenants"): (
-        _LIVELOCK
-    ),
-    (
-        "test_rounds_are_work_conserving_where_claimed",
-        "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2",
-        "sixty",
-    ): (_LIVELOCK),
-    (
-        "test_rounds_are_work_conserving_where_claimed",
-        "tiresias:thresholds_gpu_s=200/1200,starvation_knob=2",
-        "tenants",
-    ): _LIVELOCK,
-    ("test_rounds_are_work_conserving_where_claimed", "gandiva", "mixed"): _SUSPENDED_NOT_MOVED,
-    ("test_rounds_are_work_conserving_where_claimed", "gandiva:packing=false", "mixed"): _SUSPENDED_NOT_MOVED,
-    ("test_rounds_are_work_conserving_where_claimed", "iadeep:aware=false,tune=false", "sixty"): (
-        "IADeep evicts a job from a shared GPU (its co-location turned bad) and does not place it on the GPU left "
-        "idle in the same round"
-    ),
-}
+KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {}
 
 
 @pytest.fixture(autouse=True)

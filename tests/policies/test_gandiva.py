@@ -103,6 +103,39 @@ def test_a_job_that_cannot_move_resumes_only_where_it_was_suspended(monkeypatch:
     assert spans(result) == {"a": (0.0, 162.0), "b": (0.0, 100.0), "c": (60.0, 204.0)}
 
 
+def test_a_job_suspended_for_one_needing_its_gpu_type_moves_to_idle_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node 0: one GPU of type A; node 1: one of type B. x (A only) holds node 0 until 30, so a (any type) starts on
+    # node 1. b (B only) arrives at 40 and waits. At 60 a's quantum is over: b takes a's GPU, and a, which may run
+    # on A, is suspended and resumed at once on the GPU x left idle (a migration: another node, so a restore:
+    # 60 + 30 + 40 = 130). Before, it waited beside that GPU until the next round, at 120 (b's quantum over), and
+    # paid the same restore there: 190.
+    c = cluster(gpus=[1, 1], types=["A", "B"])
+    jobs = [job("x", duration=30, types=("A",)), job("a"), job("b", submit=40, types=("B",))]
+    policy = gandiva()
+    result = run(jobs, c, policy, perf=PERF)
+    assert log(result) == [
+        "0.000 launch x gpus=0 milli=1000",
+        "0.000 launch a gpus=1 milli=1000",
+        "60.000 suspend a",
+        "60.000 launch b gpus=1 milli=1000",
+        "60.000 launch a gpus=0 milli=1000",
+    ]
+    assert spans(result) == {"x": (0.0, 30.0), "a": (0.0, 130.0), "b": (60.0, 160.0)}
+    assert (policy.counts["suspend"], policy.counts["migrate"]) == (1, 1)
+    # A job that cannot move (its state stays on node 1) stays suspended: it waits for node 1, takes it back when
+    # b's quantum ends at 120 (120 + 2 + 40 = 162), and b resumes there after it (162 + 2 + 40 = 204).
+    _no_job_movable(monkeypatch)
+    result = run(jobs, c, gandiva(), perf=PERF)
+    assert log(result)[2:] == [
+        "60.000 suspend a",
+        "60.000 launch b gpus=1 milli=1000",
+        "120.000 suspend b",
+        "120.000 launch a gpus=1 milli=1000",
+        "162.000 launch b gpus=1 milli=1000",
+    ]
+    assert spans(result) == {"x": (0.0, 30.0), "a": (0.0, 162.0), "b": (60.0, 204.0)}
+
+
 def test_running_jobs_that_cannot_move_are_not_migrated(monkeypatch: pytest.MonkeyPatch) -> None:
     # The defragmentation case below with no job movable: moving e and f would restart them from the beginning,
     # so the gang runs spread, as without migration.

@@ -346,6 +346,34 @@ def test_a_job_left_alone_gets_its_whole_gpu_back() -> None:
     assert result.summary["preemptions"] == 2  # the two re-seats, each a suspend/resume in place
 
 
+def test_a_job_sent_back_to_the_queue_takes_a_gpu_left_idle_in_the_same_round() -> None:
+    # Two GPUs. r18 takes GPU 0 and x (30 s) GPU 1; A3C arrives at 10 with no GPU idle and joins r18 (A3C at 0.75,
+    # ResNet-18 unharmed). x ends at 30, leaving GPU 1 idle. At 70 the pair has been measured once (tune=false),
+    # and with evict_below=2 any pair measures worse: A3C, the newest, is sent back to the queue. The round that
+    # sends it back gives it the idle GPU at once (resumed from its suspension on the same node: 1 s), and r18,
+    # alone, gets its whole GPU back at the next round (71). Before, A3C waited for r18 to end at 2001 beside the
+    # idle GPU (no round came until then).
+    jobs = [
+        job("r18", duration=2000, model="resnet18"),
+        job("x", duration=30, model="resnet50"),
+        job("a3c", duration=500, submit=10, model="a3c"),
+    ]
+    policy = iadeep(tune=False, evict_below=2.0)
+    result = run(jobs, cluster(nodes=1, gpus=2), policy, perf=EXACT)
+    assert log(result)[2:] == [
+        "10.000 suspend r18",
+        "10.000 launch r18 gpus=0 milli=500",
+        "10.000 launch a3c gpus=0 milli=500",
+        "70.000 suspend a3c",
+        "70.000 launch a3c gpus=1 milli=1000",
+        "71.000 suspend r18",
+        "71.000 launch r18 gpus=0 milli=1000",
+    ]
+    a3c_rate, _ = rates(A3C, R18)
+    assert spans(result)["a3c"] == (10.0, pytest.approx(71.0 + 500.0 - 60.0 * a3c_rate))
+    assert (policy.counts["evict"], policy.counts["alone"]) == (1, 3)
+
+
 def test_the_tuner_searches_batch_sizes_within_memory_and_settles_on_the_best_measured() -> None:
     # ResNet-18 and LM share the only GPU for long enough to tune; memory never over-given (checked every round).
     jobs = [job("r18", duration=20000, model="resnet18"), job("lm", duration=20000, submit=10, model="lm")]

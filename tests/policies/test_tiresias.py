@@ -19,8 +19,8 @@ from corral.policies.registry import make_policy
 from corral.policies.tiresias import GittinsIndex, TiresiasPolicy, read_gpu_time_samples
 from corral.sim.clusters import load_cluster
 from corral.sim.perf import PerfModel
-from corral.sim.runner import simulate
-from corral.sim.traces import read_tiresias
+from corral.sim.runner import SimulationResult, simulate
+from corral.sim.traces import Trace, read_tiresias
 from corral.workloads.data import data_file
 
 FREE = PerfModel(restore_s=0.0)
@@ -143,6 +143,50 @@ def test_a_promoted_job_attains_queue_service_afresh() -> None:
         "700.000 preempt a",
         "700.000 launch b gpus=0 milli=1000",
     ]
+
+
+def test_the_starvation_guard_lets_a_job_run_past_its_restore() -> None:
+    # One GPU, queues split at 20 GPU-s, knob 2, 30 s restores; j0, j1, j2 (100 s each) arrive at 0, 1, 2. Without
+    # a minimum run, each is demoted 20 s into its run and preempted there by a job just promoted (waiting 2 x 20
+    # s): every run after the first ends before its restore does, and they take the GPU from each other for ever
+    # (the conformance suite's livelock, tiresias:thresholds_gpu_s=200/1200,starvation_knob=2). With the guard on,
+    # a job runs at least 60 s by default: j0 runs 0-60 (demoted at 20), j1 60-120, j2 120-180; j0, promoted at
+    # 60 + 2 x 60 = 180, preempts j2 and runs 180-240 (30 s restore, 30 of progress: 90 done); j1, promoted at 240,
+    # takes over to 300, and j2, promoted at 300, to 360; j0 (promoted at 360) ends at 360 + 30 + 10 = 400, j2
+    # (front of queue 1: preempted last) at 440, and j1 (promoted at 420, it waits out j2's minimum run) at 480.
+    jobs = [job(f"j{i}", duration=100, submit=i) for i in range(3)]
+    perf = PerfModel(restore_s=30.0)
+
+    def replay(policy: TiresiasPolicy) -> SimulationResult:
+        rounds = 0
+
+        def bounded(state: object, now: float) -> None:
+            nonlocal rounds
+            rounds += 1
+            if rounds > 100:
+                raise AssertionError(f"{rounds} rounds by t={now}: a livelock")
+
+        trace = Trace(jobs, "test")
+        return simulate(trace, cluster(nodes=1, gpus=1), policy, perf=perf, record_decisions=True, after_round=bounded)
+
+    result = replay(tiresias(thresholds_gpu_s=20, starvation_knob=2))
+    assert log(result)[:7] == [
+        "0.000 launch j0 gpus=0 milli=1000",
+        "60.000 preempt j0",
+        "60.000 launch j1 gpus=0 milli=1000",
+        "120.000 preempt j1",
+        "120.000 launch j2 gpus=0 milli=1000",
+        "180.000 preempt j2",
+        "180.000 launch j0 gpus=0 milli=1000",
+    ]
+    assert spans(result) == {"j0": (0, 400), "j1": (60, 480), "j2": (120, 440)}
+    assert result.summary["preemptions"] == 6
+    # min_run_s=0, the paper's rule as it is: the livelock.
+    with pytest.raises(AssertionError, match="a livelock"):
+        replay(tiresias(thresholds_gpu_s=20, starvation_knob=2, min_run_s=0))
+    # Without the guard the minimum run is 0 by default (the tests above preempt jobs seconds into a run).
+    with pytest.raises(ConfigError, match="min_run_s"):
+        tiresias(min_run_s=-1)
 
 
 # -- Gittins --------------------------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ The rules, each with the section of the paper it comes from:
   *defragmentation*: a waiting multi-GPU job that fits in one node but finds no node with enough free GPUs, while
   enough are free across nodes, gets one: single-GPU jobs on the node with the most free GPUs are moved to free
   GPUs elsewhere; *locality*: a running job spread over more nodes than its size needs is moved onto fewer nodes
-  once they have room. At most ``max_migrations`` jobs move per round.
+  once they have room. At most ``max_migrations`` jobs move per round. *A job sent back to the queue* (a time
+  slice gives its GPUs to a job that needs their type, or an unpacking) that can run on GPUs the round leaves idle
+  moves there at once, as reactive placement (§4.1) would place it in the next round, instead of waiting beside
+  them for its own GPUs (this is a waiting job's placement: neither ``max_migrations`` nor ``migration`` bound it).
 
 Gandiva does not know job durations, and this policy never reads them. Every index it keeps (running jobs by
 size and slice start, packable running jobs by size, GPU type and co-location type, waiting jobs by size and
@@ -57,6 +60,7 @@ from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
 from corral.policies.framework.placement import PlacementStrategy, place
 from corral.policies.framework.planner import Planner
+from corral.policies.framework.preemption import place_on_free
 from corral.policies.framework.queues import PendingWalk
 from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
 from corral.policies.framework.view import ClusterView
@@ -196,6 +200,8 @@ class _Round:
     queued: dict[int, int] = field(default_factory=dict)  # size -> jobs sent back to the queue this round
     fresh: set[int] = field(default_factory=set)  # sizes of jobs that start a slice (a whole share) now
     waiting: dict[str, str] = field(default_factory=dict)  # why each job examined and not started waits
+    requeued: list[JobView] = field(default_factory=list)  # jobs sent back to the queue this round, in order
+    backfill: bool = True  # False: a job that waited reserve_after_s holds what is free (see _fill)
 
     def launch(self, job: JobView, placement: Placement, waiting: bool) -> None:
         spec = job.spec
@@ -212,6 +218,7 @@ class _Round:
         """Send a running whole-GPU job back to the queue, suspended."""
         spec = job.spec
         self.actions.append(Preempt(spec.job_id, reason, suspend=True))
+        self.requeued.append(job)
         self.busy.add(spec.job_id)
         self.queued[spec.num_gpus] = self.queued.get(spec.num_gpus, 0) + 1
 
@@ -328,6 +335,8 @@ class GandivaPolicy(BasePolicy):
                 self._pack_waiting(rnd, cfg)
             if cfg.time_slicing and self._waiting:
                 self._time_slice(rnd, cfg)
+        if rnd.requeued:
+            self._resume_elsewhere(rnd)
         if rnd.moves_left and self._spread:
             self._consolidate(rnd)
         waiting = {job_id: why for job_id, why in rnd.waiting.items() if job_id not in rnd.busy}
@@ -549,6 +558,7 @@ class GandivaPolicy(BasePolicy):
         if cfg.reserve_after_s is not None:
             head = next(iter(view.pending()), None)
             backfill = head is None or rnd.now_s - head.queued_since_s < cfg.reserve_after_s
+        rnd.backfill = backfill
         walk = PendingWalk(view)
         for shape, job in walk:
             spec = job.spec
@@ -590,6 +600,27 @@ class GandivaPolicy(BasePolicy):
                 break
 
     # -- migration --------------------------------------------------------------------------------------------
+    def _resume_elsewhere(self, rnd: _Round) -> None:
+        """Each job this round suspends back to the queue (a time slice that gives its GPUs to a job needing their
+        type, an unpacking) that can run on GPUs the round leaves idle is resumed there at once, in the same
+        decision: a migration (§3.2; the executor charges a restore elsewhere, a resume on the same node), as
+        reactive placement (§4.1) would place it next round, rather than waiting beside them for its own GPUs. One
+        that is not movable (its state cannot leave its GPUs) stays suspended; none moves while a job that waited
+        ``reserve_after_s`` holds what is free. Placed in the order they were suspended."""
+        if not rnd.backfill:
+            return
+        view, planner = rnd.view, rnd.planner
+        for job in rnd.requeued:
+            if not job.movable:
+                continue
+            spec = job.spec
+            placement = place_on_free(view, planner, spec, PlacementStrategy.CONSOLIDATED)
+            if placement is None:
+                continue
+            rnd.launch(job, placement, waiting=False)
+            rnd.queued[spec.num_gpus] -= 1
+            self.counts["migrate"] += 1
+
     def _defragment(self, rnd: _Round, spec: JobSpec, types: tuple[int, ...]) -> Placement | None:
         """One node for a waiting gang that fits in a node, by moving single-GPU jobs off the node with the most
         free GPUs to free GPUs elsewhere; ``None`` if no node needs it or none can be freed cheaply."""

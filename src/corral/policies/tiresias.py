@@ -25,6 +25,15 @@ The rules, each with the section of the paper it comes from:
 - **Starvation guard** (§3.2, "PromoteKnob"): a job that has waited, since it last stopped, longer than
   ``starvation_knob`` times the time it ran since its last promotion goes back to the top queue, with the
   attained service counted for queueing reset (the authors' simulator does the same).
+- **Minimum run** (corral's addition to the starvation guard, §3.2 "PromoteKnob"): a running job is not preempted
+  before it has run ``min_run_s`` seconds since it last started. The guard makes priorities cyclic: a promoted job
+  preempts one that is promoted in turn, and where a queue's threshold is crossed sooner than a restart's restore
+  ends (8-GPU jobs demoted after 200 GPU-s, 25 s, against a 30 s restore), jobs take the GPUs from each other before
+  any of them makes progress, for ever. A run longer than the restore ends that. Without the guard priorities only
+  fall (a job is preempted by an arrival or by a job above it, which will be demoted in turn), so preemptions are
+  bounded and the paper's rule is kept as it is: the minimum run is 0 by default there, and 60 s (twice the
+  simulator's default restore, ``PerfModel.restore_s``) with the guard on. A policy does not see the executor's
+  restore cost: set ``min_run_s`` above it.
 - **Preemption** (§3.2): the round walks the waiting jobs in priority order, as the authors' simulator walks its
   queues; a job that does not fit on free GPUs preempts running jobs of lower priority (lower queues, and in its
   own queue those behind it), the lowest first, when that frees enough GPUs for it. So a higher-priority job
@@ -115,6 +124,11 @@ class TiresiasConfig(PolicyConfig):
         0.0, "promote a job to the top queue after waiting this many times the time it ran (0: never)"
     )
     preempt: bool = option(True, "let a waiting job preempt jobs of lower queues")
+    min_run_s: float | None = option(
+        None,
+        "do not preempt a job before it has run this many seconds since it (re)started; keep it above the restore "
+        "cost (default: 60 with the starvation guard on, else 0)",
+    )
     sensitive: Sensitivity = option(
         Sensitivity.MODEL, "which jobs get strict consolidation: model (by model), all, none"
     )
@@ -138,6 +152,8 @@ class TiresiasConfig(PolicyConfig):
             raise ConfigError(f"tiresias: thresholds_gpu_s must be positive and strictly ascending, got {th}")
         if not self.starvation_knob >= 0:
             raise ConfigError(f"tiresias: starvation_knob must be >= 0, got {self.starvation_knob}")
+        if self.min_run_s is not None and not (self.min_run_s >= 0 and math.isfinite(self.min_run_s)):
+            raise ConfigError(f"tiresias: min_run_s must be >= 0, got {self.min_run_s}")
         if not self.gittins_quantum_gpu_s > 0:
             raise ConfigError(f"tiresias: gittins_quantum_gpu_s must be > 0, got {self.gittins_quantum_gpu_s}")
         if not (self.round_s >= 0 and math.isfinite(self.round_s)):
@@ -218,6 +234,7 @@ def _samples_for(name: str) -> list[float]:
 # The policy
 # ----------------------------------------------------------------------------------------------------------
 _DEMOTE, _PROMOTE = 0, 1
+_GUARD_MIN_RUN_S = 60.0  # min_run_s by default with the starvation guard on (see TiresiasConfig.min_run_s)
 _RUNNING, _WAITING = 0, 1  # a job's section of its queue, in running-first order
 
 
@@ -269,6 +286,12 @@ class TiresiasPolicy(BasePolicy):
         self._events: list[tuple[float, int, str]] = []
         self._event_of: dict[str, tuple[float, int, str]] = {}
         self._sensitive_of: dict[str | None, bool] = {}  # by model name
+        # The minimum run (module docstring; §3.2 "PromoteKnob"): only the starvation guard's promotions can make
+        # jobs preempt each other without end, so by default only the guard brings one. _protected_until: the
+        # earliest end of a minimum run that kept a running job out of this round's victims (None: none did).
+        guard = cfg.starvation_knob > 0
+        self._min_run_s = cfg.min_run_s if cfg.min_run_s is not None else (_GUARD_MIN_RUN_S if guard else 0.0)
+        self._protected_until: float | None = None
 
     # -- priorities -------------------------------------------------------------------------------------------
     def _queue_attained(self, job: JobView, now_s: float | None = None) -> float:
@@ -498,12 +521,16 @@ class TiresiasPolicy(BasePolicy):
                 continue
             if when is not None and when > now_s and (wake is None or when < wake):
                 wake = when
+        until, self._protected_until = self._protected_until, None  # (set by _victims during the round)
+        if waiting and until is not None and (wake is None or until < wake):
+            wake = until  # a job left waiting may preempt one whose minimum run ends then
         return Decision(tuple(actions), wake_at_s=wake, waiting=waiting)
 
     def _victims(self, view: ClusterView, now_s: float) -> Iterator[tuple[Any, str]]:
-        """Running jobs, lowest priority first, as ``(rank, job)`` for :class:`Victims`, which reads them only when a
-        waiting job does not fit on free GPUs. Under Gittins a running job's index moves with its attained service
-        (the authors' simulator re-sorts every queue at every event): they are ranked again first, at once."""
+        """Running jobs past their minimum run, lowest priority first, as ``(rank, job)`` for :class:`Victims`,
+        which reads them only when a waiting job does not fit on free GPUs. Under Gittins a running job's index
+        moves with its attained service (the authors' simulator re-sorts every queue at every event): they are
+        ranked again first, at once."""
         if self._gittins is not None and self.cfg.gittins_rerank:
             entries = []
             run_entry = self._run_entry
@@ -511,7 +538,17 @@ class TiresiasPolicy(BasePolicy):
                 entry = run_entry[job_id] = (*self._running_key(view.job(job_id), now_s), job_id)
                 entries.append(entry)
             self._running = SortedList(entries)
+        min_run = self._min_run_s
         for entry in reversed(self._running):
+            if min_run > 0:
+                # Within its minimum run a job is no victim (§3.2, "PromoteKnob": see the module docstring); the
+                # round asks to be woken when the first such run ends, if it leaves a job waiting.
+                started = view.job(entry[-1]).last_start_s
+                if started is not None and started + min_run > now_s + 1e-9:
+                    until = started + min_run
+                    if self._protected_until is None or until < self._protected_until:
+                        self._protected_until = until
+                    continue
             yield entry[:-1], entry[-1]
 
     def _settle(self, view: ClusterView, actions: list[Action]) -> None:

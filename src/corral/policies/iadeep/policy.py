@@ -31,6 +31,9 @@ rules (section names are the paper's parts; corral's rendering of each is docume
   predicted need at its batch size plus ``mem_margin_mib``, right-sized when it reports (and grown when its need
   grows, within what the GPU has); the engine's state then refuses any over-commitment. A GPU whose jobs' needs
   no longer fit at any configuration sends its newest job back to the queue (suspended).
+- **Work-conserving round end** (corral): a job a round sends back to the queue takes an idle GPU of its types in
+  the same round if one is free, as Placement gives a waiting job one (the round's walk of the queue ran while it
+  was still running), instead of waiting beside it for the next round.
 
 Mechanism, in corral's terms: co-located jobs are *packed* (``Launch`` at a share of ``1000 // max_colocate``),
 which the simulator runs at Gavel's measured pair rates at their batch sizes; a job alone holds its whole GPU, so
@@ -191,6 +194,7 @@ class _Round:
     __slots__ = (
         "actions",
         "batch",
+        "evicted",
         "feats",
         "moved",
         "needs",
@@ -213,6 +217,7 @@ class _Round:
         self.batch: dict[str, int] = {}  # job -> batch size as planned
         self.touched: set[int] = set()  # GPUs this round placed on or re-seated
         self.moved: set[str] = set()  # running jobs this round preempts (to re-seat or evict)
+        self.evicted: list[str] = []  # jobs this round sends back to the queue (suspended), in order
         self.shrink: dict[str, tuple[int, int]] = {}  # job -> (its GPU, the smaller reservation it needs)
         # Memos for the round: features by (model, batch, GPU type); reservations needed by (job, batch).
         self.feats: dict[tuple[str, int, int], JobFeatures] = {}
@@ -360,6 +365,8 @@ class IADeepPolicy(BasePolicy):
         self._tune(rnd)
         if self._pending:
             self._place_waiting(rnd)
+        if rnd.evicted:
+            self._refill(rnd)
         self._reseat_alone(rnd)
         self._shrink(rnd)
         self._changed.clear()  # what this round did comes back through on_job_changed
@@ -651,6 +658,7 @@ class IADeepPolicy(BasePolicy):
         if job_id in rnd.moved or job.placement is None:
             return
         rnd.actions.append(Preempt(job_id, reason, suspend=True))
+        rnd.evicted.append(job_id)
         self._release(rnd, job)
         rnd.touched.add(g)
         self.counts["evict"] += 1
@@ -823,21 +831,38 @@ class IADeepPolicy(BasePolicy):
 
     def _place_one(self, rnd: _Round, job: JobView) -> bool:
         """A single-GPU job: an idle GPU if one is free, else the co-location of least added degradation."""
+        types = allowed_types(rnd.view, job.spec)
+        return self._place_alone(rnd, job, types) or self._colocate(rnd, job, types)
+
+    def _place_alone(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
+        """``job`` alone on an idle GPU of ``types``, consolidated, if one is free (within its tenant's quota)."""
         planner = rnd.planner
         spec = job.spec
-        types = allowed_types(rnd.view, spec)
-        if planner.quota_allows(spec) and any(planner.type_free(t) >= 1 for t in types):
-            placement = place(planner, spec, PlacementStrategy.CONSOLIDATED, types)
-            if placement is not None:
-                g = placement.gpus[0]
-                planner.untake(spec, placement)
-                need = self._need(rnd, spec.job_id, self._batch_of(rnd, job))
-                mem = min(need, planner.gpu_free_mem_mib(g))
-                rnd.actions.append(Launch(spec.job_id, planner.take_as(spec, g, FULL_GPU_MILLI, mem)))
-                rnd.touched.add(g)
-                self.counts["alone"] += 1
-                return True
-        return self._colocate(rnd, job, types)
+        if not planner.quota_allows(spec) or not any(planner.type_free(t) >= 1 for t in types):
+            return False
+        placement = place(planner, spec, PlacementStrategy.CONSOLIDATED, types)
+        if placement is None:
+            return False
+        g = placement.gpus[0]
+        planner.untake(spec, placement)
+        need = self._need(rnd, spec.job_id, self._batch_of(rnd, job))
+        mem = min(need, planner.gpu_free_mem_mib(g))
+        rnd.actions.append(Launch(spec.job_id, planner.take_as(spec, g, FULL_GPU_MILLI, mem)))
+        rnd.touched.add(g)
+        self.counts["alone"] += 1
+        return True
+
+    def _refill(self, rnd: _Round) -> None:
+        """A work-conserving round end: each job this round sent back to the queue (a co-location that ran out of
+        memory or measured worse than taking turns) takes an idle GPU at once if one of its types is free, as
+        Placement gives a waiting single-GPU job one, instead of waiting beside it for the next round (the round's
+        walk of the queue did not see it: it was running then). It is resumed there from its suspension (what
+        that costs is the executor's: little on the same node, a restore elsewhere), in the order the jobs were
+        sent back; one that finds no idle GPU stays suspended in the queue."""
+        view = rnd.view
+        for job_id in rnd.evicted:
+            job = view.job(job_id)
+            self._place_alone(rnd, job, allowed_types(view, job.spec))
 
     def _colocate(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
         cfg = self.cfg
