@@ -565,6 +565,10 @@ def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None
         ("get", "/v1/events"),
         ("get", "/v1/jobs/{job_id}/logs"),
         ("post", "/v1/jobs/{job_id}/cancel"),
+        ("post", "/v1/jobs/test"),
+        ("get", "/v1/estimates"),
+        ("post", "/v1/estimates"),
+        ("get", "/v1/estimates/accuracy"),
         ("get", "/v1/cluster"),
         ("get", "/v1/tenants"),
         ("get", "/v1/health"),
@@ -657,6 +661,10 @@ def test_the_client_shapes_match_the_api_models() -> None:
         (client.ClusterJson, wire.ClusterOut),
         (client.TenantJson, wire.TenantOut),
         (client.HealthJson, wire.Health),
+        (client.EstimateJson, wire.EstimateOut),
+        (client.TestStartJson, wire.TestStartOut),
+        (client.EstimatesJson, wire.EstimatesOut),
+        (client.AccuracyJson, wire.AccuracyOut),
     ]
     for shape, model in pairs:
         assert list(shape.__annotations__) == list(model.model_fields), model.__name__

@@ -365,6 +365,10 @@ def test_schemathesis_finds_nothing(api: TestClient, controller: Controller) -> 
                     "include-name": "POST /v1/jobs",
                     "checks": {"positive_data_acceptance": {"expected-statuses": ["201", "403", "404", "422"]}},
                 },
+                {  # a submission's body and checks, nothing submitted
+                    "include-name": "POST /v1/jobs/test",
+                    "checks": {"positive_data_acceptance": {"expected-statuses": ["200", "403", "404", "422"]}},
+                },
                 {
                     "include-name": "GET /v1/jobs",
                     "checks": {"positive_data_acceptance": {"expected-statuses": ["200", "403", "404", "422"]}},

@@ -65,7 +65,7 @@ from corral.core.wording import duration
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
 if TYPE_CHECKING:
-    from corral.live.client import Client, ClusterJson, JobJson, TenantJson
+    from corral.live.client import Client, ClusterJson, JobJson, TenantJson, TestStartJson
     from corral.live.config import ServeConfig
     from corral.live.records import ClusterSnapshot
 
@@ -356,7 +356,7 @@ def _print_json(value: Any) -> None:
 
 # -- submit -----------------------------------------------------------------------------------------------------
 _JOB_FILE_KEYS = ("command", "tenant", "num_gpus", "gpu_milli", "opportunistic", "name", "cwd", "env", "gpu_mem_mib",
-                  "priority", "warm")  # fmt: skip
+                  "priority", "warm", "expected_duration")  # fmt: skip
 
 
 def load_job_file(path: Path) -> dict[str, Any]:
@@ -395,8 +395,22 @@ def load_job_file(path: Path) -> dict[str, Any]:
                 raise ConfigFileError("bad value", file=file, column=key, expected="true or false", got=value)
         elif key == "env" and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
             raise ConfigFileError("bad value", file=file, column=key, expected="a table of strings", got=value)
+        elif key == "expected_duration":
+            value = _span(value, lambda why: ConfigFileError("bad value", file=file, column="expected_duration", **why))
         out[key] = value
     return out
+
+
+def _span(value: object, error: Callable[[dict[str, Any]], Exception]) -> float:
+    """An expected duration: seconds (a number), or a string such as ``"2h"``; ``error`` makes the exception."""
+    from corral.live.export import SPAN_FORM, parse_span
+
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise error({"expected": SPAN_FORM, "got": value})
+    try:
+        return parse_span(str(value))
+    except ValueError:
+        raise error({"expected": SPAN_FORM, "got": value}) from None
 
 
 def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -468,6 +482,19 @@ def exported_env(specs: Sequence[str], environ: Mapping[str, str]) -> dict[str, 
 @click.option("--priority", type=int, help="Priority (higher first, for policies that use it).")
 @click.option("--file", "job_file", type=click.Path(dir_okay=False), help="A TOML job file; flags override it.")
 @click.option(
+    "--expect",
+    "expected",
+    metavar="DURATION",
+    help="How long the job is expected to run (90s, 30m, 12h, 2d): the start-time estimates of the jobs behind it "
+    "use it. Nothing stops the job when it runs longer.",
+)
+@click.option(
+    "--test-only",
+    is_flag=True,
+    help="Submit nothing: say where and when the job would start if it were submitted now (as Slurm's "
+    "sbatch --test-only), from a forecast of the queue.",
+)
+@click.option(
     "--warm",
     is_flag=True,
     default=None,
@@ -502,6 +529,8 @@ def submit(
     gpu_mem_mib: int | None,
     priority: int | None,
     job_file: str | None,
+    expected: str | None,
+    test_only: bool,
     warm: bool | None,
     wait_end: bool,
     no_check: bool,
@@ -527,6 +556,9 @@ def submit(
             "gpu_mem_mib": gpu_mem_mib,
             "priority": priority,
             "warm": warm,
+            "expected_duration": None
+            if expected is None
+            else _span(expected, lambda why: click.BadParameter(f"expected {why['expected']}", param_hint="--expect")),
         }
         fields.update({k: v for k, v in given.items() if v is not None})
         # Explicit values win over exported ones: the job file's env, then --env over it.
@@ -536,19 +568,23 @@ def submit(
         if not fields.get("command"):
             raise ConfigError("no command: give it after `--` (corral submit -- python train.py), or in --file")
         with make_client(**client) as api:
-            job = api.submit(
-                fields["command"],
-                tenant=fields.get("tenant"),
-                num_gpus=fields.get("num_gpus", 1),
-                gpu_milli=fields.get("gpu_milli", 1000),
-                opportunistic=bool(fields.get("opportunistic", False)),
-                name=fields.get("name"),
-                cwd=fields.get("cwd") or str(Path.cwd().resolve()),
-                env=env,
-                gpu_mem_mib=fields.get("gpu_mem_mib"),
-                priority=fields.get("priority", 0),
-                warm=bool(fields.get("warm", False)),
-            )
+            body: dict[str, Any] = {
+                "tenant": fields.get("tenant"),
+                "num_gpus": fields.get("num_gpus", 1),
+                "gpu_milli": fields.get("gpu_milli", 1000),
+                "opportunistic": bool(fields.get("opportunistic", False)),
+                "name": fields.get("name"),
+                "cwd": fields.get("cwd") or str(Path.cwd().resolve()),
+                "env": env,
+                "gpu_mem_mib": fields.get("gpu_mem_mib"),
+                "priority": fields.get("priority", 0),
+                "warm": bool(fields.get("warm", False)),
+                "expected_duration_s": fields.get("expected_duration"),
+            }
+            if test_only:
+                _test_only(api.test_start(fields["command"], **body), as_json)
+                return
+            job = api.submit(fields["command"], **body)
             if not as_json:
                 click.echo(visible(job["job_id"]))
                 err_console.print(
@@ -564,6 +600,46 @@ def submit(
                 _print_json(job)
             if job["phase"] in ENDED_PHASES and job["phase"] != "finished":
                 sys.exit(WAIT_FAILED)
+
+
+def _test_only(found: TestStartJson, as_json: bool) -> None:
+    """What ``corral submit --test-only`` prints: where and when the job would start."""
+    if as_json:
+        _print_json(found)
+        return
+    now = time.time()
+    when = start_words(found["start_s"], found["earliest_s"], found["latest_s"], now)
+    where = ""
+    if found["gpus"]:
+        nodes = ", ".join(safe(n) for n in found["nodes"])
+        where = f" on GPU{'s' if len(found['gpus']) > 1 else ''} {','.join(map(str, found['gpus']))} ({nodes})"
+    console.print(f"would start {when}{where}; nothing was submitted", highlight=False)
+    console.print(
+        "[dim]a forecast of the queue under the server's policy, assuming no other submissions; "
+        "see docs/live.md, 'Estimated start times'[/]"
+    )
+
+
+def start_words(start_s: float | None, earliest_s: float | None, latest_s: float | None, now: float) -> str:
+    """An estimated start in words: ``now``, ``in 25m00s (20m00s to 40m00s)``, ``in 3m00s (2m00s or later)``."""
+    if start_s is None:
+        return "not within the forecast's horizon (30 days)"
+    if start_s <= now + 0.5:
+        return "now" if earliest_s is None or latest_s is None or latest_s <= now + 0.5 else "any moment now"
+    text = f"in {duration(start_s - now)}"
+    low = duration(max(0.0, (earliest_s if earliest_s is not None else start_s) - now))
+    if latest_s is None:
+        return f"{text} ({low} or later)"
+    high = duration(max(0.0, latest_s - now))
+    return text if low == high else f"{text} ({low} to {high})"
+
+
+def _estimate(job: JobJson, now: float) -> str | None:
+    """A pending job's estimated start in words, if the server made one."""
+    e = job.get("estimated_start")
+    if job["phase"] != "pending" or not e:
+        return None
+    return start_words(e["start_s"], e["earliest_s"], e["latest_s"], now)
 
 
 def _check_submitted(api: Client, job: JobJson, as_json: bool) -> JobJson:
@@ -706,11 +782,15 @@ def jobs(
         what = "all jobs" if wanted is None else f"{', '.join(safe(w) for w in wanted)} jobs"
         shown = f"{page['total']:,}" if len(found) == page["total"] else f"{len(found):,} of {page['total']:,}"
         table = Table(title=f"{what}: {shown}{' (newest first)' if newest else ''}")
+        starts = [_estimate(job, now) for job in found]
+        estimated = any(starts)  # a column only when the server has estimated some (docs/live.md)
         for col, justify in (("id", "left"), ("name", "left"), ("tenant", "left"), ("class", "left"),
                              ("GPUs", "right"), ("phase", "left"), ("placement", "left"), ("queued", "right"),
                              ("runtime", "right"), ("preempted", "right")):  # fmt: skip
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
-        for job in found:
+        if estimated:
+            table.add_column("est. start")
+        for job, start in zip(found, starts, strict=True):
             table.add_row(
                 safe(job["job_id"]),
                 safe(job["name"] or ""),
@@ -722,6 +802,7 @@ def jobs(
                 duration(_queued_s(job, now)),
                 duration(_runtime_s(job, now)),
                 str(job["preemptions"]),
+                *([start or "-"] if estimated else []),
             )
         if page["next_cursor"] is not None:
             table.caption = f"next page: the same command with --cursor {safe(page['next_cursor'])}"
@@ -791,6 +872,12 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
                 else []
             ),
             *([("waiting", safe(record["wait_reason"]))] if record.get("wait_reason") else []),
+            *([("estimated start", start)] if (start := _estimate(record, now)) else []),
+            *(
+                [("expected duration", duration(float(record["expected_duration_s"] or 0)))]
+                if record.get("expected_duration_s")
+                else []
+            ),
             ("tenant", safe(record["tenant"])),
             ("class", _job_class(record)),
             ("GPUs", _gpus(record) + (f", {record['gpu_mem_mib']} MiB each" if record["gpu_mem_mib"] else "")),
@@ -1149,16 +1236,14 @@ def export_trace(since: str | None, out_path: str, cluster_out: str | None, over
         click.echo(f"{len(export.rows)} jobs written to {visible(where)}{origin}; left out: {visible(left)}", err=True)
 
 
-@click.command()
-@click.option(
-    "--policy", "policies", multiple=True, required=True, help="A policy to try (repeat): NAME[:key=value,...]."
-)
+@click.group(invoke_without_command=True)
+@click.option("--policy", "policies", multiple=True, help="A policy to try (repeat): NAME[:key=value,...].")
 @click.option(
     "--current",
     help="The server's own policy as NAME[:key=value,...] (default: its name, with default options).",
 )
 @click.option("--since", default="7d", show_default=True, help="The history to replay, as for export-trace.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write it all.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where to write it all.")
 @click.option("--overwrite", is_flag=True, help="Let --out name a folder that is not empty (corral's files go).")
 @click.option("--progress/--no-progress", default=True, help="Show the replays' progress.")
 @client_options
@@ -1169,18 +1254,24 @@ def whatif(
     policies: tuple[str, ...],
     current: str | None,
     since: str,
-    out_dir: str,
+    out_dir: str | None,
     overwrite: bool,
     progress: bool,
     **client: Any,
 ) -> None:
     """What other policies would have done with this cluster's own history: export-trace, then compare the
-    server's policy with each --policy on it, in one step. Writes trace.csv and cluster.toml (the inputs), the
-    comparison and report.html to --out."""
+    server's policy with each --policy on it, in one step (--policy and --out needed). Writes trace.csv and
+    cluster.toml (the inputs), the comparison and report.html to --out.
+
+    `corral whatif accuracy`: how good the server's start-time estimates have been."""
     from corral.live.export import cluster_toml, parse_since, trace_csv, trace_rows
     from corral.sim.report import prepare_out
 
+    if ctx.invoked_subcommand is not None:
+        return  # `corral whatif accuracy`
     with _errors():
+        if not policies or out_dir is None:
+            raise ConfigError("corral whatif needs --policy NAME (one or more) and --out DIR (or a subcommand)")
         try:
             since_s = parse_since(since, time.time())
         except ValueError as e:
@@ -1211,6 +1302,49 @@ def whatif(
             cluster_spec=str(out / "cluster.toml"),
             progress=progress,
         )
+
+
+@whatif.command("accuracy")
+@json_option
+@client_options
+def whatif_accuracy(as_json: bool, **client: Any) -> None:
+    """How far the server's estimated start times were from the real starts (admin token): each job's first
+    estimate and its latest before it started (docs/live.md, "Estimated start times")."""
+    with _errors():
+        with make_client(**client) as api:
+            found = api.estimate_accuracy()
+            latest = api.estimates()
+        if as_json:
+            _print_json({"accuracy": found, "latest": latest})
+            return
+        if not found["jobs"]:
+            console.print("no estimated job has started yet: nothing to judge")
+            return
+
+        def secs(x: float | None) -> str:
+            return "-" if x is None else duration(abs(x)) if x >= 0 else f"-{duration(-x)}"
+
+        table = Table(title=f"start-time estimates against real starts: {found['jobs']:,} jobs")
+        for col in ("estimate", "median |error|", "p90 |error|"):
+            table.add_column(col, justify="left" if col == "estimate" else "right")
+        table.add_row("first (each job's first)", secs(found["first_median_s"]), secs(found["first_p90_s"]))
+        table.add_row("latest (before it started)", secs(found["last_median_s"]), secs(found["last_p90_s"]))
+        within = "-" if found["within"] is None else f"{found['within']:.0%}"
+        bias = found["last_bias_s"]
+        side = "late" if bias is not None and bias >= 0 else "early"
+        late = (
+            ""
+            if bias is None or abs(bias) < 0.5
+            else f"; latest estimates {side} by {secs(abs(bias))} on average"
+        )
+        table.caption = f"real start within the latest estimate's range: {within}{late}"
+        console.print(table)
+        if latest["made_s"] is not None:
+            every = f"every {duration(latest['interval_s'])}" if latest["interval_s"] else "on request only"
+            console.print(
+                f"[dim]last forecast {duration(time.time() - latest['made_s'])} ago, took "
+                f"{(latest['took_s'] or 0) * 1000:.1f} ms ({every})[/]"
+            )
 
 
 LIVE_COMMANDS: tuple[click.Command, ...] = (

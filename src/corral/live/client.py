@@ -69,6 +69,44 @@ class TelemetryJson(TypedDict):
     sm_util: float
 
 
+class EstimateJson(TypedDict):
+    start_s: float | None
+    earliest_s: float | None
+    latest_s: float | None
+    made_s: float
+
+
+class TestStartJson(TypedDict):
+    start_s: float | None
+    earliest_s: float | None
+    latest_s: float | None
+    made_s: float
+    gpus: list[int]
+    nodes: list[str]
+
+
+class EstimatesJson(TypedDict):
+    made_s: float | None
+    took_s: float | None
+    runs: int | None
+    interval_s: float
+    pending: int | None
+    known: int | None
+    learned: int | None
+    assumed: int | None
+    cut_short: bool | None
+
+
+class AccuracyJson(TypedDict):
+    jobs: int
+    first_median_s: float | None
+    first_p90_s: float | None
+    last_median_s: float | None
+    last_p90_s: float | None
+    last_bias_s: float | None
+    within: float | None
+
+
 class JobJson(TypedDict):
     job_id: str
     name: str | None
@@ -86,6 +124,8 @@ class JobJson(TypedDict):
     phase: str
     reason: str | None
     wait_reason: NotRequired[str | None]
+    estimated_start: NotRequired[EstimateJson | None]
+    expected_duration_s: NotRequired[float | None]
     placement: PlacementJson | None
     submit_s: float
     first_start_s: float | None
@@ -267,7 +307,10 @@ class Client:
         gpu_mem_mib: int | None = None,
         priority: int = 0,
         warm: bool = False,
+        expected_duration_s: float | None = None,
+        test_only: bool = False,
     ) -> JobJson:
+        """Submit a job. With ``test_only`` nothing is submitted: see :meth:`test_start`."""
         body: dict[str, Any] = {
             "command": list(command),
             "num_gpus": num_gpus,
@@ -278,10 +321,32 @@ class Client:
         }
         if warm:  # only when asked: a server from before warm starts refuses unknown fields
             body["warm"] = True
-        for key, value in (("tenant", tenant), ("name", name), ("cwd", cwd), ("gpu_mem_mib", gpu_mem_mib)):
+        optional = (
+            ("tenant", tenant),
+            ("name", name),
+            ("cwd", cwd),
+            ("gpu_mem_mib", gpu_mem_mib),
+            ("expected_duration_s", expected_duration_s),
+        )
+        for key, value in optional:
             if value is not None:
                 body[key] = value
+        if test_only:
+            return cast(JobJson, self._request("POST", "/v1/jobs/test", json=body))
         return cast(JobJson, self._request("POST", "/v1/jobs", json=body))
+
+    def test_start(self, command: Iterable[str], **fields: Any) -> TestStartJson:
+        """Where and when a job would start if submitted now (the arguments of :meth:`submit`); nothing is
+        submitted."""
+        return cast(TestStartJson, self.submit(command, test_only=True, **fields))
+
+    def estimates(self, *, refresh: bool = False) -> EstimatesJson:
+        """The latest start-time forecast (``refresh``: make one now; admin token)."""
+        return cast(EstimatesJson, self._request("POST" if refresh else "GET", "/v1/estimates"))
+
+    def estimate_accuracy(self) -> AccuracyJson:
+        """How far estimated first starts were from the real ones (admin token)."""
+        return cast(AccuracyJson, self._request("GET", "/v1/estimates/accuracy"))
 
     def jobs_page(
         self,

@@ -35,7 +35,9 @@ see ``docs/live.md``, "Many machines"), ``ray_expect`` (with Ray: nodes that may
 (with Ray: a directory every node shares), ``metrics_token`` (``true``: ``GET /metrics`` needs the admin
 token; default ``false``), ``warm_starts`` (``true``: jobs submitted with ``--warm`` are forked from a process
 with torch imported; default ``false``; docs/live.md, "Warm starts"), ``dashboard_sample_s`` and
-``dashboard_history_s`` (the dashboard's charts: a sample every 5 s, the last hour kept, by default).
+``dashboard_history_s`` (the dashboard's charts: a sample every 5 s, the last hour kept, by default),
+``estimate_interval_s`` (how often the pending jobs' start times are estimated, in a worker process; default 30;
+0: only on request; docs/live.md, "Estimated start times").
 Keys of each ``[[tenants]]``: ``name``, ``quota_gpus`` (>= 0), ``token`` or ``token_env``, ``run_as``. Without
 ``[[tenants]]`` there is one tenant, ``default``, with no quota and no token of its own.
 
@@ -100,6 +102,7 @@ _SERVER_KEYS = (
     "warm_starts",
     "dashboard_sample_s",
     "dashboard_history_s",
+    "estimate_interval_s",
 )
 _TENANT_KEYS = ("name", "quota_gpus", "token", "token_env", "run_as")
 _CLI = "<command line>"
@@ -190,6 +193,9 @@ class ServeConfig:
     # dashboard_history_s kept (its memory grows with both; the module's docstring says how much).
     dashboard_sample_s: float = 5.0
     dashboard_history_s: float = 3600.0
+    # Start-time estimates (corral.live.controller.estimates): a forecast of the queue every estimate_interval_s, in
+    # a worker process (0: only on request, POST /v1/estimates and corral submit --test-only).
+    estimate_interval_s: float = 30.0
 
     def __post_init__(self) -> None:
         # The same checks as load_config, for configs built in code (tests, embedding); the file's own errors
@@ -289,7 +295,7 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> ServeConfig
                     "bad value", file=file, column=f"server.{key}", expected="true or false", got=flag
                 )
             values[key] = flag
-    for key in ("dashboard_sample_s", "dashboard_history_s"):
+    for key in ("dashboard_sample_s", "dashboard_history_s", "estimate_interval_s"):
         if key in server:
             values[key] = _seconds(server, key, file, "server")
     token = _token(server, "admin_token", "admin_token_env", file, "server")
@@ -687,6 +693,7 @@ def _check_config(config: ServeConfig, file: str) -> None:
             expected="0.1 <= dashboard_sample_s <= dashboard_history_s <= 604800 (a week)",
             got=(sample_s, history_s),
         )
+    _seconds({"estimate_interval_s": config.estimate_interval_s}, "estimate_interval_s", file, "")
     for spec in config.ray_expect:
         parse_expected_node(spec, file)
     if config.ray_expect and config.ray is None:

@@ -88,6 +88,22 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SINCE_FORM = "a time ago (90s, 30m, 12h, 7d, 2w) or a date and time (2026-11-20 or 2026-11-20T08:00, UTC if no zone)"
 
 
+SPAN_FORM = "a number of seconds, or a number and a unit (90s, 30m, 12h, 7d, 2w)"
+
+
+def parse_span(text: str) -> float:
+    """A length of time (``--expect 2h``): seconds, or a number and a unit, as Unix seconds > 0 (ValueError)."""
+    text = text.strip()
+    span = _AGO.fullmatch(text)
+    try:
+        seconds = float(span[1]) * _UNIT_S[span[2]] if span is not None else float(text)
+    except ValueError:
+        raise ValueError(f"expected {SPAN_FORM}; got {text!r}") from None
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"expected {SPAN_FORM}, more than 0; got {text!r}")
+    return seconds
+
+
 def parse_since(text: str, now_s: float) -> float:
     """``--since``: a time ago (``7d``) or an ISO 8601 date and time, as Unix seconds (ValueError otherwise)."""
     text = text.strip()

@@ -13,12 +13,15 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.core.errors import CorralError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from corral.sim.forecast import Estimate
 
 MAX_COMMAND_ARGS = 4096
 MAX_NAME_CHARS = 200
@@ -50,6 +53,7 @@ class JobRequest:
     gpu_mem_mib: int | None = None
     priority: int = 0
     warm: bool = False  # start from the agent's warm workers (corral.live.agent.zygote) when it can
+    expected_duration_s: float | None = None  # how long the user says it runs (start-time estimates use it)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +68,7 @@ class JobRequest:
             "gpu_mem_mib": self.gpu_mem_mib,
             "priority": self.priority,
             "warm": self.warm,
+            "expected_duration_s": self.expected_duration_s,
         }
 
     @classmethod
@@ -80,6 +85,7 @@ class JobRequest:
             gpu_mem_mib=d.get("gpu_mem_mib"),
             priority=d.get("priority", 0),
             warm=bool(d.get("warm", False)),  # absent in a store written before warm starts
+            expected_duration_s=d.get("expected_duration_s"),  # absent before start-time estimates
         )
 
 
@@ -143,6 +149,7 @@ class JobRecord:
     process: ProcessState
     telemetry: Telemetry | None = None  # the latest report (not durable: reports are frequent and re-sent)
     wait_reason: str | None = None  # why it waits, from the last round that examined it (not durable either)
+    estimate: Estimate | None = None  # when it is expected to start (pending jobs; the latest forecast's)
 
     @property
     def job_id(self) -> str:

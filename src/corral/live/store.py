@@ -63,7 +63,28 @@ CREATE TABLE IF NOT EXISTS events (
     detail TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
+CREATE TABLE IF NOT EXISTS estimates (
+    job_id TEXT PRIMARY KEY,
+    first_made_s REAL NOT NULL,
+    first_start_s REAL NOT NULL,
+    last_made_s REAL NOT NULL,
+    last_start_s REAL NOT NULL,
+    last_low_s REAL NOT NULL,
+    last_high_s REAL
+);
 """
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateOutcome:
+    """A job's first and latest estimated first start (and the latest one's range), and when it really started."""
+
+    job_id: str
+    first_start_s: float
+    last_start_s: float
+    last_low_s: float
+    last_high_s: float | None
+    actual_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +300,46 @@ class Store:
                 (tenant, limit, after),
             ).fetchall()
         return [(after + i + 1, JobEvent(*r)) for i, r in enumerate(rows)]
+
+    # -- start-time estimates (corral.live.controller.estimates) ---------------------------------------------
+    def record_estimates(self, made_s: float, estimates: Iterable[tuple[str, float, float, float | None]]) -> None:
+        """Keep each job's first estimate of its first start and its latest: ``(job_id, start_s, earliest_s,
+        latest_s)`` made at ``made_s`` (``latest_s`` None: no bound)."""
+        rows = [(job_id, made_s, start, made_s, start, low, high) for job_id, start, low, high in estimates]
+        if not rows:
+            return
+        with self.transaction():
+            self._db.executemany(
+                "INSERT INTO estimates VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
+                "last_made_s=excluded.last_made_s, last_start_s=excluded.last_start_s, "
+                "last_low_s=excluded.last_low_s, last_high_s=excluded.last_high_s",
+                rows,
+            )
+
+    def estimate_outcomes(self) -> list[EstimateOutcome]:
+        """The estimated jobs that have started since, with when."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT e.job_id, e.first_start_s, e.last_start_s, e.last_low_s, e.last_high_s, "
+                "json_extract(j.status, '$.first_start_s') FROM estimates e JOIN jobs j ON j.job_id = e.job_id "
+                "WHERE json_extract(j.status, '$.first_start_s') IS NOT NULL ORDER BY j.seq"
+            ).fetchall()
+        return [
+            EstimateOutcome(
+                str(job), float(first), float(last), float(low), None if high is None else float(high), float(at)
+            )
+            for job, first, last, low, high, at in rows
+        ]
+
+    def finished_durations(self, limit: int) -> list[float]:
+        """The seconds the ``limit`` most recently submitted finished jobs held GPUs (their durations here)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT json_extract(status, '$.executed_s') FROM jobs WHERE phase='finished' "
+                "ORDER BY seq DESC LIMIT ?",
+                (int(limit),),
+            ).fetchall()
+        return [float(r[0]) for r in rows if r[0] is not None]
 
     def count_by_phase(self) -> dict[str, int]:
         with self._lock:

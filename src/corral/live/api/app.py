@@ -519,6 +519,10 @@ def create_app(controller: Controller) -> FastAPI:
         """Queue a job. It is committed to the store before this answers; the scheduler places it when it can.
         A job that can never run here (more GPUs than the cluster, a guaranteed job above its tenant's quota) is
         refused with 422 and nothing is queued."""
+        return job_out(controller.submit(request_from(body, who)), gpu_order, node_of)
+
+    def request_from(body: JobSubmission, who: Principal) -> JobRequest:
+        """The request a submission makes, for the tenant the token may submit for."""
         if who.tenant is not None:
             if body.tenant is not None and body.tenant != who.tenant:
                 raise NotYours(f"this token is tenant {who.tenant!r}'s; it cannot submit for {echo(body.tenant)}")
@@ -533,7 +537,7 @@ def create_app(controller: Controller) -> FastAPI:
             )
         if tenant not in tenant_names:
             raise unknown_tenant(tenant)
-        request = JobRequest(
+        return JobRequest(
             command=tuple(body.command),
             tenant=tenant,
             num_gpus=body.num_gpus,
@@ -545,8 +549,8 @@ def create_app(controller: Controller) -> FastAPI:
             gpu_mem_mib=body.gpu_mem_mib,
             priority=body.priority,
             warm=body.warm,
+            expected_duration_s=body.expected_duration_s,
         )
-        return job_out(controller.submit(request), gpu_order, node_of)
 
     @app.get(
         "/v1/jobs",
@@ -712,6 +716,10 @@ def create_app(controller: Controller) -> FastAPI:
         after the grace period). Answers with the job as it stands right after the request."""
         visible(who, job_id)
         return job_out(controller.cancel(job_id), gpu_order, node_of)
+
+    from corral.live.api.estimates import add_estimate_routes  # here: it imports Who and Principal from here
+
+    add_estimate_routes(app, controller, request_from, node_of, gpu_order, _responses)
 
     # -- cluster -----------------------------------------------------------------------------------------------
     @app.get("/v1/cluster", tags=["cluster"], summary="The cluster", responses=_responses())

@@ -20,7 +20,7 @@ from corral.live.records import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from corral.sim.forecast import Estimate
 
 
 DEFAULT_LOG_CHUNK = 64 * 1024
@@ -29,6 +29,7 @@ DEFAULT_PAGE = 100  # jobs in a page of GET /v1/jobs when no limit is given
 MAX_PAGE = 1000  # the most a page may hold: a page is answered in milliseconds whatever the store holds
 MAX_ECHO_CHARS = 200  # the most of a caller's input an error message quotes back
 MAX_CWD_CHARS = 4096  # PATH_MAX on Linux
+MAX_EXPECTED_S = 366 * 86400.0  # the longest expected duration a submission may give: a year
 
 # The values the wire models show, as literals so that the schema lists them (a test keeps them equal to the
 # enums in corral.core.job and corral.live.records).
@@ -85,6 +86,13 @@ class JobSubmission(_Model):
     )
     gpu_mem_mib: int | None = Field(None, ge=0, description="GPU memory the job needs on each GPU, in MiB, if known.")
     priority: int = Field(0, ge=-1_000_000, le=1_000_000, description="Higher runs first under priority policies.")
+    expected_duration_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_EXPECTED_S,
+        description="How long the job is expected to run, in seconds, if known: the start-time estimates of the jobs "
+        "behind it use it (docs/live.md, 'Estimated start times'); nothing stops the job when it runs longer.",
+    )
     warm: bool = Field(
         False,
         description="Start it from the node's warm workers (torch already imported; docs/live.md, 'Warm starts'). "
@@ -149,6 +157,53 @@ class TelemetryOut(_Model):
     sm_util: float = Field(description="Fraction of time the job kept the GPU busy, 0..1.")
 
 
+class EstimateOut(_Model):
+    """When a pending job is expected to start, from the latest forecast of the queue (docs/live.md, "Estimated
+    start times"): a replay of the cluster's state under the server's policy, assuming no new submissions."""
+
+    start_s: float | None = Field(description="The estimate (Unix seconds); null: not within the forecast's horizon.")
+    earliest_s: float | None = Field(description="The earliest of the forecast's duration scenarios.")
+    latest_s: float | None = Field(description="The latest of them; null: some scenario did not see it start.")
+    made_s: float = Field(description="When the forecast was made (Unix seconds).")
+
+
+class TestStartOut(_Model):
+    """Where and when a job would start if it were submitted now (nothing is submitted)."""
+
+    start_s: float | None = Field(description="The estimate (Unix seconds); null: not within the forecast's horizon.")
+    earliest_s: float | None = Field(description="The earliest of the forecast's duration scenarios.")
+    latest_s: float | None = Field(description="The latest of them; null: some scenario did not see it start.")
+    made_s: float = Field(description="When the forecast was made (Unix seconds).")
+    gpus: list[int] = Field(description="The GPUs it would start on (empty: not within the horizon).")
+    nodes: list[str] = Field(description="Their nodes.")
+
+
+class EstimatesOut(_Model):
+    """The latest forecast of the queue's start times (null fields: none made yet)."""
+
+    made_s: float | None = Field(description="When it was made (Unix seconds).")
+    took_s: float | None = Field(description="Its wall time, seconds (off the scheduling loop).")
+    runs: int | None = Field(description="Replays it took: 1 when every duration was known, else 3.")
+    interval_s: float = Field(description="How often the server makes one (0: only on request).")
+    pending: int | None = Field(description="Pending jobs it estimated (the admin's view only).")
+    known: int | None = Field(description="Jobs whose remaining time was known (the admin's view only).")
+    learned: int | None = Field(description="... learned from the jobs that finished here (the admin's only).")
+    assumed: int | None = Field(description="... assumed, with too few finished jobs (the admin's only).")
+    cut_short: bool | None = Field(description="A replay hit its wall-time limit; late estimates are missing.")
+
+
+class AccuracyOut(_Model):
+    """Estimates of first starts against the real starts, in seconds (null: no job to judge yet)."""
+
+    jobs: int = Field(description="Jobs that were estimated while pending and have started since.")
+    first_median_s: float | None = Field(description="Median |estimate - start| of each job's first estimate.")
+    first_p90_s: float | None = Field(description="Its 90th percentile.")
+    last_median_s: float | None = Field(description="Median |estimate - start| of each job's latest estimate.")
+    last_p90_s: float | None = Field(description="Its 90th percentile.")
+    last_bias_s: float | None = Field(description="Mean of estimate - start (latest estimates): > 0, too late.")
+    within: float | None = Field(description="Share of latest estimates whose range held the real start.")
+
+
 class JobOut(_Model):
     """A job: what was submitted and where it stands."""
 
@@ -174,6 +229,10 @@ class JobOut(_Model):
         description="Why it still waits (pending jobs), from the last scheduling round that examined it, e.g. "
         "'tenant vision at quota 16/16 GPUs' or 'waiting for 8 GPUs on one node (largest free: 6)'.",
     )
+    estimated_start: EstimateOut | None = Field(
+        default=None, description="When it is expected to start (pending jobs, once a forecast has been made)."
+    )
+    expected_duration_s: float | None = Field(default=None, description="The duration given at submission.")
     placement: PlacementOut | None = Field(description="Where it runs now (running jobs only).")
     submit_s: float = Field(description="When it was submitted (Unix seconds).")
     first_start_s: float | None = Field(description="When it first started (Unix seconds).")
@@ -346,6 +405,10 @@ def _placement_out(p: Placement | None, order: Sequence[int] | None) -> Placemen
     return PlacementOut(gpus=gpus, gpu_milli=p.gpu_milli, mem_mib=p.mem_mib, opportunistic=p.opportunistic)
 
 
+def estimate_out(e: Estimate) -> EstimateOut:
+    return EstimateOut(start_s=e.start_s, earliest_s=e.earliest_s, latest_s=e.latest_s, made_s=e.made_s)
+
+
 def job_out(
     record: JobRecord, order: Sequence[int] | None = None, node_of: Callable[[int], str] | None = None
 ) -> JobOut:
@@ -373,6 +436,8 @@ def job_out(
         phase=st.phase.value,
         reason=st.reason,
         wait_reason=record.wait_reason,
+        estimated_start=None if record.estimate is None else estimate_out(record.estimate),
+        expected_duration_s=req.expected_duration_s,
         placement=_placement_out(st.placement, order),
         submit_s=st.spec.submit_s,
         first_start_s=st.first_start_s,

@@ -66,7 +66,7 @@ from corral.core.events import (
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
-from corral.engine.clock import Clock, WallClock
+from corral.engine.clock import Clock, VirtualClock, WallClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
 from corral.live.agent import (
@@ -80,6 +80,7 @@ from corral.live.agent import (
 )
 from corral.live.controller import lifecycle
 from corral.live.controller.cluster import cluster_for, cluster_for_nodes
+from corral.live.controller.estimates import Estimator
 from corral.live.controller.executor import AgentLike, ExecutorLinks, LiveExecutor
 from corral.live.controller.stats import LiveStats
 from corral.live.nodes import NodeDown, NodeReport, Nodes, NodeUp
@@ -196,6 +197,13 @@ class Controller:
         self._stop = threading.Event()
         self._agent_started = False
         self._turn_now = 0.0  # the time of the turn in progress: what its notes are stamped with
+        self._declared = False  # trace jobs fed on a virtual clock say their durations (see feed)
+        # Start-time estimates: a forecast of the queue in a worker process (inline on a virtual clock).
+        self.estimator = Estimator(
+            self,
+            interval_s=config.estimate_interval_s if config is not None else 0.0,
+            in_process=isinstance(self.clock, VirtualClock),
+        )
 
     # ------------------------------------------------------------------------------------------------------
     # Construction from a serve configuration
@@ -276,9 +284,11 @@ class Controller:
         self._stop.clear()
         self._thread = threading.Thread(target=self._serve, name="corral-controller", daemon=True)
         self._thread.start()
+        self.estimator.start()
 
     def stop(self) -> None:
         """Stop the loop and the agent. Job processes keep running: the next start reattaches them."""
+        self.estimator.stop()
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -521,12 +531,19 @@ class Controller:
             self._telemetry.pop(job_id, None)
 
     # -- virtual clock ------------------------------------------------------------------------------------------
-    def feed(self, jobs: Iterable[JobSpec]) -> None:
-        """Virtual-clock runs: stream trace jobs to the engine (they are written to the store as they arrive)."""
+    def feed(self, jobs: Iterable[JobSpec], *, declared: bool = False) -> None:
+        """Virtual-clock runs: stream trace jobs to the engine (they are written to the store as they arrive).
+        ``declared``: each job's request says its trace duration as the duration it expects (what a user gives
+        with ``corral submit --expect``), for the start-time estimates."""
+        self._declared = declared
         self.engine.feed(jobs)
 
     def run_virtual(
-        self, *, turns: int | None = None, node_events: Iterable[tuple[float, NodeLost | NodeJoined]] = ()
+        self,
+        *,
+        turns: int | None = None,
+        node_events: Iterable[tuple[float, NodeLost | NodeJoined]] = (),
+        after_turn: Callable[[float], None] | None = None,
     ) -> None:
         """Run to the end on a virtual clock, with an agent that reports in virtual time (see
         :class:`~corral.live.virtual.VirtualAgent`): each step goes to the earliest engine event or agent
@@ -535,7 +552,8 @@ class Controller:
         ``turns`` stops after that many turns, as a ``kill -9`` between two turns would (restart tests: a new
         controller on the same store and agent then takes over). ``node_events`` (in time order) are nodes lost and
         back, given to the engine as the simulator gives them (:func:`corral.sim.runner.simulate`): once everything
-        before their time is done, and only while something is left to do."""
+        before their time is done, and only while something is left to do. ``after_turn(t)`` is called after each
+        turn (the estimate benchmarks make their forecasts there, at virtual times)."""
         agent = self.agent
         next_report = getattr(agent, "next_report_s", None)
         due = getattr(agent, "reports_due", None)
@@ -564,6 +582,8 @@ class Controller:
             self.clock.advance_to(t)
             items = [_Item("report", r) for r in due(t)]
             self._turn(t, items)
+            if after_turn is not None:
+                after_turn(t)
 
     # ------------------------------------------------------------------------------------------------------
     # Helpers for the executor (loop thread only)
@@ -614,6 +634,7 @@ class Controller:
                 gpu_milli=spec.gpu_milli,
                 opportunistic=spec.job_class is JobClass.OPPORTUNISTIC,
                 name=spec.job_id,
+                expected_duration_s=spec.duration_s if self._declared else None,
             )
         return request
 
@@ -817,6 +838,10 @@ class Controller:
         self._inbox.put(_Item("submit", (spec, request)))
         return self.job(spec.job_id)
 
+    def check(self, request: JobRequest) -> None:
+        """Refuse a request the controller would refuse at submission (a :class:`BadRequest`), changing nothing."""
+        self._check(request)
+
     def _check(self, request: JobRequest) -> None:
         tenant = self._tenants.get(request.tenant)
         if tenant is None:
@@ -907,13 +932,20 @@ class Controller:
             return dict(self._waiting)
 
     def _with_telemetry(self, record: JobRecord) -> JobRecord:
-        """The stored record with what is kept in memory only: its latest telemetry, and why it waits."""
+        """The stored record with what is kept in memory only: its latest telemetry, why it waits and when it is
+        expected to start."""
+        pending = record.phase is JobPhase.PENDING
         with self._telemetry_lock:
             tel = self._telemetry.get(record.job_id)
-            why = self._waiting.get(record.job_id) if record.phase is JobPhase.PENDING else None
-        if tel is None and why is None:
+            why = self._waiting.get(record.job_id) if pending else None
+        estimate = self.estimator.estimate(record.job_id) if pending else None
+        if tel is None and why is None and estimate is None:
             return record
-        return JobRecord(record.seq, record.request, record.status, record.process, tel, why)
+        return JobRecord(record.seq, record.request, record.status, record.process, tel, why, estimate)
+
+    def request_of(self, job_id: str) -> JobRequest | None:
+        """The request a job was submitted with (loop thread)."""
+        return self._requests.get(job_id)
 
     def call(self, fn: Callable[[], T], timeout_s: float = 10.0) -> T:
         """Run ``fn`` on the loop thread (where the engine's state may be read) and return its result."""
