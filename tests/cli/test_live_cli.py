@@ -624,3 +624,32 @@ def test_the_docs_describe_every_key_of_a_job_file() -> None:
     section = docs.split("### Job files", 1)[1].split("\n#", 1)[0]
     missing = [key for key in live_cli._JOB_FILE_KEYS if f"`{key}`" not in section]
     assert not missing, f"docs/live.md, Job files, does not describe {missing}"
+
+
+# -- estimates ----------------------------------------------------------------------------------------------------
+def test_submit_test_only_says_where_and_when_and_submits_nothing(server: Server) -> None:
+    code, out = run(server, "jobs", "--all", "--json")
+    before = json.loads(out)["total"]
+    code, out = run(server, "submit", "--test-only", "--expect", "90m", "--", PY, "-c", "pass", token=ALICE)
+    assert code == 0, out
+    assert re.search(r"would start (now|in \S+.*) on GPU \d \(local\); nothing was submitted", out), out
+    code, out = run(server, "submit", "--test-only", "--json", "--", PY, "-c", "pass", token=BOB)
+    assert code == 0, out
+    found = json.loads(out)
+    assert found["start_s"] is not None and found["gpus"] in ([0], [1]) and found["nodes"] == ["local"]
+    code, out = run(server, "jobs", "--all", "--json")
+    assert json.loads(out)["total"] == before
+    code, out = run(server, "submit", "--test-only", "--gpus", "2", "--", PY, "-c", "pass", token=BOB)
+    assert code != 0 and "quota of 1 GPUs" in out  # what a submission would be refused for, said the same way
+    code, out = run(server, "submit", "--expect", "soon", "--", PY, "-c", "pass", token=ALICE)
+    assert code == 2 and "--expect" in out and "90s, 30m" in out
+
+
+def test_whatif_accuracy_needs_the_admin_and_says_what_it_has(server: Server) -> None:
+    code, out = run(server, "whatif", "accuracy")
+    assert code == 0, out
+    assert "nothing to judge" in out or "start-time estimates against real starts" in out
+    code, out = run(server, "whatif", "accuracy", token=ALICE)
+    assert code != 0 and "admin token" in out
+    code, out = run(server, "whatif", "--out", "x")
+    assert code != 0 and "--policy" in out

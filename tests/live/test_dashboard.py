@@ -406,3 +406,18 @@ def test_a_jobs_step_reports_reach_its_charts(served: Served) -> None:
     drawn = charts()
     assert "micro4" in drawn["rung"]["title"] and drawn["rung"]["y"][0][-1] == 0.0
     assert drawn["memory"]["y"][1][-1] == 1500  # used (its peak)
+
+
+def test_the_queue_shows_each_waiting_jobs_estimated_start(served: Served) -> None:
+    api, jobs = served.api, served.jobs
+    session = login(api, ADMIN)
+    before = get(api, "/ui/data/queue", session).json()["tables"]["queue"]
+    assert before["columns"][-1] == "estimated start"
+    served.controller.estimator.refresh()  # in the worker process, as the timer would
+    est = served.api.get(f"/v1/jobs/{jobs['alice-wait']}", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+    assert est["estimated_start"] is not None and est["estimated_start"]["start_s"] is not None
+    rows = get(api, "/ui/data/queue", session).json()["tables"]["queue"]["rows"]
+    row = next(r for r in rows if r[1]["t"] == jobs["alice-wait"])
+    assert isinstance(row[-1], str) and row[-1].startswith(("in ", "now", "any moment")), row
+    page = get(api, f"/jobs/{jobs['alice-wait']}", session).text
+    assert "estimated start" in page

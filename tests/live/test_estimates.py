@@ -21,10 +21,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from builders import cluster, job
-from corral.cli.live import load_job_file, start_words
+from corral.cli.live import load_job_file
 from corral.core.cluster import Cluster, Topology
 from corral.core.errors import InputError
 from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.wording import start_words
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
@@ -44,8 +45,9 @@ EXACT = ("fifo", "fifo:backfill=true", "tiresias", "themis", "hived", "yarn-cs",
 
 def burst(n: int = 30, seed: int = 1, *, spread_s: float = 0.0) -> list[JobSpec]:
     rng = random.Random(seed)
+    sizes = [1, 1, 2, 4, 8]
     return [
-        job(f"j{i:02}", gpus=rng.choice([1, 1, 2, 4, 8]), duration=rng.uniform(50, 500), submit=rng.uniform(0, spread_s))
+        job(f"j{i:02}", gpus=rng.choice(sizes), duration=rng.uniform(50, 500), submit=rng.uniform(0, spread_s))
         for i in range(n)
     ]
 

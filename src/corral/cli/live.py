@@ -61,7 +61,7 @@ from corral.cli.options import client_options, json_option
 from corral.core import contract
 from corral.core.errors import ConfigError
 from corral.core.toml import read_toml
-from corral.core.wording import duration
+from corral.core.wording import duration, start_words
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
 if TYPE_CHECKING:
@@ -618,20 +618,6 @@ def _test_only(found: TestStartJson, as_json: bool) -> None:
         "[dim]a forecast of the queue under the server's policy, assuming no other submissions; "
         "see docs/live.md, 'Estimated start times'[/]"
     )
-
-
-def start_words(start_s: float | None, earliest_s: float | None, latest_s: float | None, now: float) -> str:
-    """An estimated start in words: ``now``, ``in 25m00s (20m00s to 40m00s)``, ``in 3m00s (2m00s or later)``."""
-    if start_s is None:
-        return "not within the forecast's horizon (30 days)"
-    if start_s <= now + 0.5:
-        return "now" if earliest_s is None or latest_s is None or latest_s <= now + 0.5 else "any moment now"
-    text = f"in {duration(start_s - now)}"
-    low = duration(max(0.0, (earliest_s if earliest_s is not None else start_s) - now))
-    if latest_s is None:
-        return f"{text} ({low} or later)"
-    high = duration(max(0.0, latest_s - now))
-    return text if low == high else f"{text} ({low} to {high})"
 
 
 def _estimate(job: JobJson, now: float) -> str | None:
@@ -1332,11 +1318,7 @@ def whatif_accuracy(as_json: bool, **client: Any) -> None:
         within = "-" if found["within"] is None else f"{found['within']:.0%}"
         bias = found["last_bias_s"]
         side = "late" if bias is not None and bias >= 0 else "early"
-        late = (
-            ""
-            if bias is None or abs(bias) < 0.5
-            else f"; latest estimates {side} by {secs(abs(bias))} on average"
-        )
+        late = "" if bias is None or abs(bias) < 0.5 else f"; latest estimates {side} by {secs(abs(bias))} on average"
         table.caption = f"real start within the latest estimate's range: {within}{late}"
         console.print(table)
         if latest["made_s"] is not None:

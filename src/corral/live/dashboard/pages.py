@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.core.job import FULL_GPU_MILLI, JobPhase
-from corral.core.wording import duration
+from corral.core.wording import duration, start_words
 from corral.live.api.app import Principal
 from corral.live.api.models import cluster_out, echo, tenant_out, utf8_cut
 from corral.live.controller.stats import ROUND_BUCKETS_S
@@ -287,6 +287,7 @@ def queue_page(ctx: Context, who: Principal) -> Data:
                 str(req.priority),
                 duration(_waited_s(r, now)),
                 r.wait_reason or {"t": "not examined yet", "c": "muted"},
+                _starts(r, now),
             ]
         )
     more = max(0, total - len(rows))
@@ -294,11 +295,21 @@ def queue_page(ctx: Context, who: Principal) -> Data:
         "summary": {"pending": str(total), "shown": str(len(rows)) + (f" (and {more} more)" if more else "")},
         "tables": {
             "queue": table(
-                ["#", "job", "tenant", "asks", "class", "priority", "waited", "why it waits"], rows, "no job waits"
+                ["#", "job", "tenant", "asks", "class", "priority", "waited", "why it waits", "estimated start"],
+                rows,
+                "no job waits",
             )
         },
         "charts": {},
     }
+
+
+def _starts(r: JobRecord, now: float) -> Cell:
+    """A pending job's estimated start in words (docs/live.md, "Estimated start times")."""
+    e = r.estimate
+    if e is None:
+        return {"t": "no forecast yet", "c": "muted"}
+    return start_words(e.start_s, e.earliest_s, e.latest_s, now)
 
 
 # -- job -----------------------------------------------------------------------------------------------------------
@@ -351,6 +362,11 @@ def job_page(ctx: Context, who: Principal, job_id: str, since: float) -> Data:
         "process": f"run {proc.run}, {proc.phase.value}" if proc.phase is not ProcessPhase.NONE else f"run {proc.run}",
         "step time": f"{tel.step_time_s * 1000:.0f} ms" if tel is not None else "-",
         "why it waits": r.wait_reason or "-" if st.phase is JobPhase.PENDING else "-",
+        "estimated start": (
+            start_words(est.start_s, est.earliest_s, est.latest_s, now)
+            if st.phase is JobPhase.PENDING and (est := r.estimate) is not None
+            else "-"
+        ),
         "ended because": st.reason or "-",
         "command": shlex.join(req.command),
     }
