@@ -653,3 +653,6 @@ def test_whatif_accuracy_needs_the_admin_and_says_what_it_has(server: Server) ->
     assert code != 0 and "admin token" in out
     code, out = run(server, "whatif", "--out", "x")
     assert code != 0 and "--policy" in out
+    code, out = run(server, "whatif", "--policy", "tiresias")
+    assert code == 0, out
+    assert "the current queue under fifo (this server's) and under tiresias" in out and "median wait" in out

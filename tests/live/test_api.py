@@ -569,6 +569,7 @@ def test_openapi_schema_describes_every_route_and_model(api: TestClient) -> None
         ("get", "/v1/estimates"),
         ("post", "/v1/estimates"),
         ("get", "/v1/estimates/accuracy"),
+        ("post", "/v1/estimates/whatif"),
         ("get", "/v1/cluster"),
         ("get", "/v1/tenants"),
         ("get", "/v1/health"),
@@ -665,6 +666,8 @@ def test_the_client_shapes_match_the_api_models() -> None:
         (client.TestStartJson, wire.TestStartOut),
         (client.EstimatesJson, wire.EstimatesOut),
         (client.AccuracyJson, wire.AccuracyOut),
+        (client.TenantMoveJson, wire.TenantMoveOut),
+        (client.WhatifJson, wire.WhatifOut),
     ]
     for shape, model in pairs:
         assert list(shape.__annotations__) == list(model.model_fields), model.__name__

@@ -251,6 +251,34 @@ def test_the_api_estimates_the_queue_and_tests_a_job_without_submitting_it(api: 
     assert bad.status_code == 422 and "expected_duration_s" in bad.text
 
 
+def test_another_policy_on_the_current_queue_per_tenant(api: TestClient) -> None:
+    assert api.post("/v1/estimates/whatif", json={"policy": "tiresias"}, headers=AS_ALICE).status_code == 403
+    bad = api.post("/v1/estimates/whatif", json={"policy": "nosuch"}, headers=ROOT)
+    assert bad.status_code == 422 and "nosuch" in bad.json()["detail"]
+    r = api.post("/v1/estimates/whatif", json={"policy": "tiresias"}, headers=ROOT)
+    assert r.status_code == 200, r.text
+    found = r.json()
+    assert found["policy"].startswith("fifo") and found["other"].startswith("tiresias")
+    pending = api.get("/v1/jobs", params={"phase": "pending"}, headers=ROOT).json()["total"]
+    assert sum(t["pending"] for t in found["tenants"] if t["tenant"] is not None) == pending
+
+
+def test_moves_count_jobs_that_start_earlier_or_later_per_tenant() -> None:
+    from corral.live.controller.estimates import moves
+    from corral.sim.forecast import Estimate, Forecast
+
+    def fc(starts: dict[str, float | None]) -> Forecast:
+        return Forecast(100.0, 0.0, {j: Estimate(j, s, s, s, 100.0) for j, s in starts.items()}, {}, 1)
+
+    now = fc({"a1": 200.0, "a2": 400.0, "b1": 150.0})
+    other = fc({"a1": 120.0, "a2": 400.5, "b1": None})
+    rows = {m.tenant: m for m in moves(now, other, {"a1": "a", "a2": "a", "b1": "b"})}
+    assert (rows["a"].pending, rows["a"].earlier, rows["a"].later) == (2, 1, 0)  # 0.5 s is no move
+    assert (rows["a"].wait_now_s, rows["a"].wait_other_s) == (200.0, pytest.approx(160.25))
+    assert (rows["b"].wait_now_s, rows["b"].wait_other_s) == (50.0, None)
+    assert rows[None].pending == 3
+
+
 # -- the CLI's words ---------------------------------------------------------------------------------------------
 def test_start_words() -> None:
     assert start_words(None, None, None, 0) == "not within the forecast's horizon (30 days)"

@@ -65,7 +65,7 @@ from corral.core.wording import duration, start_words
 from corral.live.config import DEFAULT_STATE_DIR, ConfigFileError
 
 if TYPE_CHECKING:
-    from corral.live.client import Client, ClusterJson, JobJson, TenantJson, TestStartJson
+    from corral.live.client import Client, ClusterJson, JobJson, TenantJson, TestStartJson, WhatifJson
     from corral.live.config import ServeConfig
     from corral.live.records import ClusterSnapshot
 
@@ -1245,9 +1245,12 @@ def whatif(
     progress: bool,
     **client: Any,
 ) -> None:
-    """What other policies would have done with this cluster's own history: export-trace, then compare the
-    server's policy with each --policy on it, in one step (--policy and --out needed). Writes trace.csv and
-    cluster.toml (the inputs), the comparison and report.html to --out.
+    """What other policies would do with this cluster's queue, and would have done with its history.
+
+    For each --policy: the current queue forecast under it and under the server's policy, from one snapshot: per
+    tenant, the median wait and how many jobs would start earlier or later if the server switched now. With
+    --out, also export-trace, then compare the server's policy with each --policy on that history; writes
+    trace.csv and cluster.toml (the inputs), the comparison and report.html to --out.
 
     `corral whatif accuracy`: how good the server's start-time estimates have been."""
     from corral.live.export import cluster_toml, parse_since, trace_csv, trace_rows
@@ -1256,8 +1259,13 @@ def whatif(
     if ctx.invoked_subcommand is not None:
         return  # `corral whatif accuracy`
     with _errors():
-        if not policies or out_dir is None:
-            raise ConfigError("corral whatif needs --policy NAME (one or more) and --out DIR (or a subcommand)")
+        if not policies:
+            raise ConfigError("corral whatif needs --policy NAME (one or more), or a subcommand (accuracy)")
+        with make_client(**client) as api:
+            for policy in policies:
+                console.print(_queue_table(api.whatif_queue(policy)))
+        if out_dir is None:
+            return
         try:
             since_s = parse_since(since, time.time())
         except ValueError as e:
@@ -1288,6 +1296,32 @@ def whatif(
             cluster_spec=str(out / "cluster.toml"),
             progress=progress,
         )
+
+
+def _queue_table(found: WhatifJson) -> Table:
+    """``corral whatif --policy``'s table: the current queue's waits under the server's policy and another."""
+
+    def wait(x: float | None) -> str:
+        return "-" if x is None else duration(max(0.0, x))
+
+    now, other = safe(found["policy"].split("(", 1)[0]), safe(found["other"].split("(", 1)[0])
+    table = Table(title=f"the current queue under {now} (this server's) and under {safe(found['other'])}")
+    for col in ("tenant", "pending", f"median wait, {now}", f"median wait, {other}", "earlier", "later"):
+        table.add_column(col, justify="left" if col == "tenant" else "right")
+    for row in found["tenants"]:
+        table.add_row(
+            "all" if row["tenant"] is None else safe(row["tenant"]),
+            str(row["pending"]),
+            wait(row["wait_now_s"]),
+            wait(row["wait_other_s"]),
+            str(row["earlier"]),
+            str(row["later"]),
+        )
+    table.caption = (
+        f"starts forecast at {_when(found['made_s'])} ({found['took_s'] * 1000:.0f} ms), assuming no new "
+        "submissions; earlier/later: jobs whose start would move by more than 1 s"
+    )
+    return table
 
 
 @whatif.command("accuracy")

@@ -107,6 +107,23 @@ class AccuracyJson(TypedDict):
     within: float | None
 
 
+class TenantMoveJson(TypedDict):
+    tenant: str | None
+    pending: int
+    wait_now_s: float | None
+    wait_other_s: float | None
+    earlier: int
+    later: int
+
+
+class WhatifJson(TypedDict):
+    policy: str
+    other: str
+    made_s: float
+    took_s: float
+    tenants: list[TenantMoveJson]
+
+
 class JobJson(TypedDict):
     job_id: str
     name: str | None
@@ -343,6 +360,10 @@ class Client:
     def estimates(self, *, refresh: bool = False) -> EstimatesJson:
         """The latest start-time forecast (``refresh``: make one now; admin token)."""
         return cast(EstimatesJson, self._request("POST" if refresh else "GET", "/v1/estimates"))
+
+    def whatif_queue(self, policy: str) -> WhatifJson:
+        """The current queue under another policy, per tenant (admin token)."""
+        return cast(WhatifJson, self._request("POST", "/v1/estimates/whatif", json={"policy": policy}))
 
     def estimate_accuracy(self) -> AccuracyJson:
         """How far estimated first starts were from the real ones (admin token)."""

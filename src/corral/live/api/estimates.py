@@ -7,6 +7,9 @@
     (Admin.) Make one now and answer with it.
 ``GET /v1/estimates/accuracy``
     (Admin.) The estimates of first starts against the real starts (``corral whatif accuracy``).
+``POST /v1/estimates/whatif``
+    (Admin.) The current queue forecast under the server's policy and under another, per tenant
+    (``corral whatif --policy NAME``).
 ``POST /v1/jobs/test``
     Where and when a job would start if it were submitted now, without submitting it (``corral submit
     --test-only``); the body is a submission's, checked as one (a job that could never run is refused the same).
@@ -21,10 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
+from corral.core.errors import CorralError
 from corral.core.job import JobClass, JobSpec
 from corral.live.api.app import Principal, Who
-from corral.live.api.models import AccuracyOut, EstimatesOut, JobSubmission, TestStartOut
-from corral.live.records import JobRequest, NotYours
+from corral.live.api.models import (
+    AccuracyOut,
+    EstimatesOut,
+    JobSubmission,
+    TenantMoveOut,
+    TestStartOut,
+    WhatifIn,
+    WhatifOut,
+)
+from corral.live.records import InvalidRequest, JobRequest, NotYours
 
 if TYPE_CHECKING:
     from corral.live.controller import Controller
@@ -110,6 +122,41 @@ def add_estimate_routes(
             last_p90_s=a.last_p90_s,
             last_bias_s=a.last_bias_s,
             within=a.within,
+        )
+
+    @app.post(
+        "/v1/estimates/whatif",
+        tags=["cluster"],
+        summary="The queue under another policy",
+        responses=responses(_403="A tenant's token.", _422="A policy that does not exist or a bad option."),
+    )
+    def whatif(body: WhatifIn, who: Who) -> WhatifOut:
+        """Forecast the current queue under the server's policy and under ``policy``, from one snapshot: per
+        tenant, how its pending jobs' starts would move if the server switched now (``corral whatif --policy``)."""
+        admin_only(who, "a what-if of another policy")
+        from corral.policies.registry import make_policy
+
+        try:
+            policy = make_policy(body.policy)
+        except CorralError as e:
+            raise InvalidRequest(f"policy: {e}") from None
+        found = estimator.whatif(policy)
+        return WhatifOut(
+            policy=controller.policy.describe(),
+            other=policy.describe(),
+            made_s=found.now.made_s,
+            took_s=found.now.took_s + found.other.took_s,
+            tenants=[
+                TenantMoveOut(
+                    tenant=m.tenant,
+                    pending=m.pending,
+                    wait_now_s=m.wait_now_s,
+                    wait_other_s=m.wait_other_s,
+                    earlier=m.earlier,
+                    later=m.later,
+                )
+                for m in found.tenants
+            ],
         )
 
     @app.post(

@@ -192,6 +192,33 @@ class EstimatesOut(_Model):
     cut_short: bool | None = Field(description="A replay hit its wall-time limit; late estimates are missing.")
 
 
+class WhatifIn(_Model):
+    """Another policy to try on the current queue."""
+
+    policy: str = Field(min_length=1, max_length=1024, description="NAME[:key=value,...], as `corral serve --policy`.")
+
+
+class TenantMoveOut(_Model):
+    """A tenant's pending jobs under the server's policy and under the other one."""
+
+    tenant: str | None = Field(description="The tenant (null: every tenant together).")
+    pending: int = Field(description="Its pending jobs.")
+    wait_now_s: float | None = Field(description="Their median wait from now under the server's policy, seconds.")
+    wait_other_s: float | None = Field(description="The same under the other policy.")
+    earlier: int = Field(description="Jobs that would start earlier under the other policy.")
+    later: int = Field(description="Jobs that would start later.")
+
+
+class WhatifOut(_Model):
+    """How the queue's start times would move if the server switched policies now (no new submissions assumed)."""
+
+    policy: str = Field(description="The server's policy.")
+    other: str = Field(description="The policy tried.")
+    made_s: float = Field(description="When the forecasts were made (Unix seconds).")
+    took_s: float = Field(description="Both forecasts' wall time, seconds.")
+    tenants: list[TenantMoveOut] = Field(description="Per tenant, then every tenant together (several tenants).")
+
+
 class AccuracyOut(_Model):
     """Estimates of first starts against the real starts, in seconds (null: no job to judge yet)."""
 

@@ -21,10 +21,12 @@ is not recorded apart from its others.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import multiprocessing
 import statistics
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +35,7 @@ from corral.core.job import JobPhase, JobSpec, JobStatus
 
 if TYPE_CHECKING:
     from corral.live.controller.controller import Controller
+    from corral.policies.framework.contract import BasePolicy
     from corral.sim.forecast import Estimate, Forecast, Snapshot
 
 log = logging.getLogger(__name__)
@@ -202,6 +205,17 @@ class Estimator:
 
         return c.call(take)
 
+    # -- another policy on the same queue ---------------------------------------------------------------------
+    def whatif(self, policy: BasePolicy) -> QueueWhatif:
+        """The queue's start times under the server's policy and under ``policy``, from one snapshot (how they
+        would move if the server switched now)."""
+        with self._run_lock:
+            snapshot = self._snapshot()
+            now = self._forecast(snapshot)
+            other = self._forecast(dataclasses.replace(snapshot, policy=type(policy), config=policy.config))
+        tenant_of = {j.spec.job_id: j.spec.tenant for j in snapshot.jobs}
+        return QueueWhatif(now, other, moves(now, other, tenant_of))
+
     # -- accuracy ---------------------------------------------------------------------------------------------
     def accuracy(self) -> Accuracy:
         """Estimates of first starts against the real ones, from the store."""
@@ -222,6 +236,52 @@ class Estimator:
             last_bias_s=statistics.fmean(last) if last else None,
             within=sum(inside) / len(inside) if inside else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantMove:
+    """How a tenant's pending jobs' starts would move under another policy: their median wait from the forecast's
+    time under each (``None``: no job of it has an estimate), and how many would start earlier or later (by more
+    than :data:`RANGE_SLACK_S`); ``tenant`` is ``None`` for every tenant together."""
+
+    tenant: str | None
+    pending: int
+    wait_now_s: float | None
+    wait_other_s: float | None
+    earlier: int
+    later: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueWhatif:
+    now: Forecast
+    other: Forecast
+    tenants: tuple[TenantMove, ...]
+
+
+def moves(now: Forecast, other: Forecast, tenant_of: Mapping[str, str]) -> tuple[TenantMove, ...]:
+    """Per tenant (then all together), the waits under two forecasts of the same queue."""
+    groups: dict[str | None, list[str]] = {}
+    for job_id in now.estimates:
+        groups.setdefault(tenant_of[job_id], []).append(job_id)
+        groups.setdefault(None, []).append(job_id)
+    out = []
+    for tenant in [*sorted(t for t in groups if t is not None), None]:
+        ids = groups.get(tenant, [])
+        if tenant is None and len(groups) <= 2:
+            continue  # one tenant: its row says it all
+        waits_now, waits_other, earlier, later = [], [], 0, 0
+        for job_id in ids:
+            a, b = now.estimates[job_id].start_s, other.estimates[job_id].start_s
+            if a is not None:
+                waits_now.append(a - now.made_s)
+            if b is not None:
+                waits_other.append(b - other.made_s)
+            if a is not None and b is not None:
+                earlier += b < a - RANGE_SLACK_S
+                later += b > a + RANGE_SLACK_S
+        out.append(TenantMove(tenant, len(ids), _median(waits_now), _median(waits_other), earlier, later))
+    return tuple(out)
 
 
 def _median(xs: list[float]) -> float | None:
