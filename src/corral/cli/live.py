@@ -1305,7 +1305,7 @@ def _queue_table(found: WhatifJson) -> Table:
         return "-" if x is None else duration(max(0.0, x))
 
     now, other = safe(found["policy"].split("(", 1)[0]), safe(found["other"].split("(", 1)[0])
-    table = Table(title=f"the current queue under {now} (this server's) and under {safe(found['other'])}")
+    table = Table(title=f"the current queue under {now} (this server's) and under {other}")
     for col in ("tenant", "pending", f"median wait, {now}", f"median wait, {other}", "earlier", "later"):
         table.add_column(col, justify="left" if col == "tenant" else "right")
     for row in found["tenants"]:
