@@ -54,6 +54,26 @@ def test_hello_then_aggregated_reports(peer: AgentPeer) -> None:
         assert r.step_time_s >= 0.002 and 0 < r.busy_s <= r.step_time_s
 
 
+def test_a_job_that_knows_its_total_steps_says_how_many_are_left(peer: AgentPeer) -> None:
+    job = Job(env=agent_env(peer, job_id="j1", run=1), handle_sigterm=False, total_steps=60)
+
+    def body() -> None:
+        with job:
+            for _ in job.loop(range(60)):
+                time.sleep(0.002)
+
+    assert Runner(body).join() == 0
+    peer.expect(contract.StepReport, lambda r: r.step == 60)
+    reports = peer.received(contract.StepReport)
+    assert [r.steps_left for r in reports] == [60 - r.step for r in reports] and reports[-1].steps_left == 0
+    for bad, error in ((-1, ValueError), (2.5, TypeError)):
+        try:
+            Job(env=agent_env(peer, job_id="j2", run=1), handle_sigterm=False, total_steps=bad)  # type: ignore[arg-type]
+        except error:
+            continue
+        raise AssertionError(f"total_steps={bad!r} was taken")
+
+
 def test_pause_stops_at_a_boundary_until_resume(peer: AgentPeer) -> None:
     stop = threading.Event()
     job = Job(env=agent_env(peer), handle_sigterm=False)

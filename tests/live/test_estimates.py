@@ -32,7 +32,7 @@ from corral.engine.state import ClusterState
 from corral.live.api import create_app
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
-from corral.live.records import BadRequest, ProcessPhase
+from corral.live.records import BadRequest, JobRequest, ProcessPhase
 from corral.policies.registry import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.forecast import MIN_HISTORY, PRIOR_S, Durations, Snapshot, forecast
@@ -180,10 +180,10 @@ ROOT = {"Authorization": f"Bearer {ADMIN}"}
 AS_ALICE = {"Authorization": f"Bearer {ALICE}"}
 
 
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+@contextlib.contextmanager
+def serving(state_dir: Path) -> Iterator[Controller]:
     config = ServeConfig(
-        state_dir=tmp_path_factory.mktemp("e"),
+        state_dir=state_dir,
         gpus=2,
         tenants=(TenantConfig("alice", 2, token=ALICE), TenantConfig("bob", 2, token=BOB)),
         admin_token=ADMIN,
@@ -203,6 +203,12 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]
         while any(r.process.phase is not ProcessPhase.NONE for r in c.jobs()) and time.monotonic() < deadline:
             time.sleep(0.05)
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    with serving(tmp_path_factory.mktemp("e")) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +255,39 @@ def test_the_api_estimates_the_queue_and_tests_a_job_without_submitting_it(api: 
     assert api.get("/v1/estimates/accuracy", headers=ROOT).json()["jobs"] == 0  # nobody estimated has started
     bad = api.post("/v1/jobs", json={**body, "tenant": "alice", "expected_duration_s": -1}, headers=ROOT)
     assert bad.status_code == 422 and "expected_duration_s" in bad.text
+
+
+STEPPER = """
+import time
+import corral.job
+with corral.job.Job(total_steps=150, verbose=False) as job:
+    for _ in job.loop(range(150)):
+        time.sleep(0.04)
+"""
+
+
+def test_a_job_that_says_how_many_steps_it_has_left_gives_the_jobs_behind_it_their_start(tmp_path: Path) -> None:
+    with serving(tmp_path / "s") as c:
+        import sys
+
+        stepper = c.submit(JobRequest(command=(sys.executable, "-c", STEPPER), tenant="alice", num_gpus=2, cwd="/"))
+        behind = c.submit(JobRequest(command=tuple(SLEEP), tenant="bob", cwd="/"))  # no duration of its own
+        deadline = time.monotonic() + 30
+        while c.call(lambda: c.seconds_left(stepper.job_id, c.clock.now())) is None:  # its first step report
+            assert time.monotonic() < deadline, "no step report"
+            time.sleep(0.1)
+        found = c.estimator.refresh()
+        assert found.basis["known"] >= 1
+        e = c.job(behind.job_id).estimate
+        assert e is not None and e.start_s is not None
+        left = c.call(lambda: c.seconds_left(stepper.job_id, found.made_s))
+        assert left is not None and 0 < left < 6.1  # 150 steps of 40 ms, less what it has done
+        assert e.start_s == pytest.approx(found.made_s + left, abs=0.5)
+        while c.job(behind.job_id).phase is JobPhase.PENDING:
+            assert time.monotonic() < deadline + 30
+            time.sleep(0.05)
+        started = c.job(behind.job_id).status.first_start_s
+        assert started is not None and started == pytest.approx(e.start_s, abs=2.0)  # a 2-core machine's timing
 
 
 def test_another_policy_on_the_current_queue_per_tenant(api: TestClient) -> None:

@@ -244,7 +244,9 @@ class StepReport:
     library. ``mem_need_mib`` is the peak the job measured with no degradation (full batch, everything on the
     GPU), when it knows it: above ``mem_peak_mib`` when a cap made it degrade; ``mem_mode`` names the rung of the
     degradation ladder in use (``"full"``, ``"micro4"``, ``"micro8+act-host"``, ``"micro8+act-host+opt-host"``;
-    ``None`` when the job does not run its steps through ``Job.train_step``)."""
+    ``None`` when the job does not run its steps through ``Job.train_step``). ``steps_left`` is how many steps the
+    job still has to do, when it knows (``Job(total_steps=...)``): the start-time estimates of the jobs waiting
+    for its GPUs read it."""
 
     job_id: str
     run: int
@@ -257,6 +259,7 @@ class StepReport:
     batch_size: int | None = None
     mem_need_mib: int | None = None
     mem_mode: str | None = None
+    steps_left: int | None = None
     type: ClassVar[str] = "step"
 
 
@@ -452,6 +455,7 @@ _FIELDS: dict[type[Any], dict[str, _Check]] = {
         "batch_size": _optional(_integer(1, MAX_COUNT)),
         "mem_need_mib": _optional(_MIB),
         "mem_mode": _optional(_text(64, printable=True)),
+        "steps_left": _optional(_STEP),
     },
     Paused: {"job_id": _ID, "run": _RUN, "step": _STEP, "evicted": _flag, "took_s": _optional(_seconds)},
     Resumed: {"job_id": _ID, "run": _RUN, "step": _STEP, "took_s": _optional(_seconds)},

@@ -96,7 +96,9 @@ class Job:
     ``pipelined_restore`` puts an evicted job's state back on the GPU in layer groups that the first step's
     layers wait for each (:mod:`corral.job.pipeline`); off by default: on an H100 it has not been faster yet
     (docs/measurements.md, section 5), and a model that reads a parameter outside its module's forward must not
-    use it.
+    use it. ``total_steps`` is how many steps (``global_step``) the job does in all, when the script knows: its
+    step reports then say how many are left, and the scheduler's start-time estimates of the jobs waiting for its
+    GPUs use it (docs/live.md, "Estimated start times").
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class Job:
         verbose: bool = True,
         max_micro_batches: int = DEFAULT_MAX_MICRO_BATCHES,
         pipelined_restore: bool = False,
+        total_steps: int | None = None,
     ) -> None:
         self.environment = JobEnvironment.from_env(os.environ if env is None else env)
         e = self.environment
@@ -126,6 +129,11 @@ class Job:
         self.report_interval_s = e.report_interval_s
         self.grace_s = e.grace_s
         self.batch_size = batch_size
+        if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)):
+            raise TypeError(f"Job(total_steps=...) must be an integer, got {total_steps!r}")
+        if total_steps is not None and total_steps < 0:
+            raise ValueError(f"Job(total_steps=...) must be >= 0, got {total_steps}")
+        self.total_steps = total_steps
         """The batch size in use, as the script told the library (reported to the agent, saved in checkpoints)."""
         self.gpu_milli = e.gpu_milli
         """The compute share the scheduler gives the job (milli-GPU); ``None`` when not set. 0 pauses the job."""
@@ -481,6 +489,7 @@ class Job:
             batch_size=self.batch_size,
             mem_need_mib=elastic.ladder.need_mib if elastic is not None else None,
             mem_mode=elastic.rung.name if elastic is not None else None,
+            steps_left=None if self.total_steps is None else max(0, self.total_steps - self.global_step),
         )
         self._agg_steps = 0
         self._agg_wall = 0.0

@@ -191,6 +191,9 @@ class Controller:
         self._telemetry: dict[str, Telemetry] = {}
         self._waiting: dict[str, str] = {}  # why each pending job waits, as the last round that examined it said
         self._measured: dict[str, JobMeasured] = {}  # the agent's latest NVML figures per job (loop thread only)
+        # Each running job's last word on how many steps it has left (Job(total_steps=...)), with its step time and
+        # when it said so: (run, steps left, step time s, time): the estimates' remaining time (loop thread only).
+        self._progress: dict[str, tuple[int, int, float, float]] = {}
         self._telemetry_lock = threading.Lock()
         self._submit_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -527,6 +530,7 @@ class Controller:
         self._requests.pop(job_id, None)
         self._phase.pop(job_id, None)
         self._measured.pop(job_id, None)
+        self._progress.pop(job_id, None)
         with self._telemetry_lock:
             self._telemetry.pop(job_id, None)
 
@@ -726,6 +730,8 @@ class Controller:
             if measured is not None and measured.run != report.run:
                 measured = None  # an earlier run's processes
             tel = _telemetry(report.report, now, measured)
+            if report.report.steps_left is not None:
+                self._progress[job_id] = (report.run, report.report.steps_left, tel.step_time_s, now)
             self.engine.reported(job_id, tel, now)
             with self._telemetry_lock:
                 self._telemetry[job_id] = tel
@@ -946,6 +952,16 @@ class Controller:
     def request_of(self, job_id: str) -> JobRequest | None:
         """The request a job was submitted with (loop thread)."""
         return self._requests.get(job_id)
+
+    def seconds_left(self, job_id: str, now: float) -> float | None:
+        """How long a running job of ``corral.job`` with ``total_steps`` still runs, from its last step report:
+        the steps it had left at its step time, less the time since (loop thread). ``None`` if it never said."""
+        said = self._progress.get(job_id)
+        proc = self._proc.get(job_id)
+        if said is None or proc is None or said[0] != proc.run:
+            return None  # an earlier run's word: its progress since the checkpoint is not known
+        _, steps_left, step_s, at = said
+        return max(0.0, steps_left * step_s - max(0.0, now - at))
 
     def call(self, fn: Callable[[], T], timeout_s: float = 10.0) -> T:
         """Run ``fn`` on the loop thread (where the engine's state may be read) and return its result."""

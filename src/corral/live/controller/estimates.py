@@ -2,7 +2,8 @@
 
 Every ``estimate_interval_s`` (a serve setting; 0 turns the timer off) and on request (``POST /v1/estimates``),
 :class:`Estimator` takes a :class:`~corral.sim.forecast.Snapshot` of the controller on its loop thread (copies of
-the pending and running jobs, the durations jobs said they take, the nodes that are down: a few milliseconds at
+the pending and running jobs, the durations jobs said they take or, for a running ``corral.job`` job with
+``total_steps``, the steps it reported left at its step time, the nodes that are down: a few milliseconds at
 thousands of jobs), reads the durations of the jobs that finished here from the store, and runs the forecast in a
 worker process. The controller's loop never waits for it, and the forecast's CPU time is not taken from the loop
 (a thread would share the interpreter's lock with it); the worker is started once, on the first forecast, and
@@ -177,9 +178,14 @@ class Estimator:
                 if job.phase is not JobPhase.PENDING and job.phase is not JobPhase.RUNNING:
                     continue  # ended this turn: the controller forgets it once it is committed
                 jobs.append(copy.copy(job))  # its nested values (spec, placements, telemetry) are frozen
-                request = c.request_of(job.spec.job_id)
-                if request is not None and request.expected_duration_s is not None:
-                    expected[job.spec.job_id] = request.expected_duration_s
+                job_id = job.spec.job_id
+                left = c.seconds_left(job_id, now) if job.phase is JobPhase.RUNNING else None
+                request = c.request_of(job_id)
+                if left is not None:  # what the job measured beats what its user guessed
+                    held = job.work_done_s + max(0.0, now - (job.last_start_s or now))
+                    expected[job_id] = held + max(left, 1e-3)
+                elif request is not None and request.expected_duration_s is not None:
+                    expected[job_id] = request.expected_duration_s
             if extra is not None:
                 spec, expected_s = extra
                 test = JobSpec(
