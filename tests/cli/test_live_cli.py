@@ -232,7 +232,7 @@ def test_cluster_and_tenants(server: Server) -> None:
 def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
     cases = [
         (run(server, "submit", "--gpus", "5", "--opportunistic", "--", "true", token=ALICE), "this cluster has 2"),
-        (run(server, "submit", "--gpus", "2", "--", "true", token=ALICE), "quota of 1 GPUs"),
+        (run(server, "submit", "--gpus", "2", "--", "true", token=ALICE), "quota of 1 GPU;"),
         (run(server, "submit", "--tenant", "bob", "--", "true", token=ALICE), "cannot submit for 'bob'"),
         (run(server, "submit", "--", "true"), "tenant is required with the admin token"),
         (run(server, "submit", "--tenant", "carol", "--", "true"), "unknown tenant 'carol'"),
@@ -640,7 +640,7 @@ def test_submit_test_only_says_where_and_when_and_submits_nothing(server: Server
     code, out = run(server, "jobs", "--all", "--json")
     assert json.loads(out)["total"] == before
     code, out = run(server, "submit", "--test-only", "--gpus", "2", "--", PY, "-c", "pass", token=BOB)
-    assert code != 0 and "quota of 1 GPUs" in out  # what a submission would be refused for, said the same way
+    assert code != 0 and "quota of 1 GPU;" in out  # what a submission would be refused for, said the same way
     code, out = run(server, "submit", "--expect", "soon", "--", PY, "-c", "pass", token=ALICE)
     assert code == 2 and "--expect" in out and "90s, 30m" in out
 

@@ -294,7 +294,7 @@ BAD: list[tuple[str, dict[str, str], Any, int, str]] = [
     ("zero GPUs", A, {**GOOD, "num_gpus": 0}, 422, "field 'num_gpus': Input should be greater than or equal to 1"),
     ("negative GPUs", A, {**GOOD, "num_gpus": -2}, 422, "num_gpus"),
     ("more GPUs than the cluster", A, {**GOOD, "num_gpus": 3, "opportunistic": True}, 422, "this cluster has 2"),
-    ("above the quota", A, {**GOOD, "num_gpus": 2}, 422, "quota of 1 GPUs"),
+    ("above the quota", A, {**GOOD, "num_gpus": 2}, 422, "quota of 1 GPU;"),
     ("share of zero", A, {**GOOD, "gpu_milli": 0}, 422, "gpu_milli"),
     ("share above one", A, {**GOOD, "gpu_milli": 1001}, 422, "gpu_milli"),
     (

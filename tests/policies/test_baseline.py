@@ -255,7 +255,7 @@ ADMISSION = [
         "needs GPU types A with 20000 MiB; the cluster has A, B",
     ),
     ("over quota", A4B2, job("j", gpus=3, tenant="t"), "needs 3 guaranteed GPUs; tenant 't' has a quota of 2"),
-    ("zero quota", A4B2, job("j", milli=500, tenant="z"), "needs 0.5 guaranteed GPUs; tenant 'z' has a quota of 0"),
+    ("zero quota", A4B2, job("j", milli=500, tenant="z"), "needs 0.5 guaranteed GPU; tenant 'z' has a quota of 0"),
     ("fits", A4B2, job("j", gpus=4), None),
     ("fits its type", A4B2, job("j", gpus=2, types=["B"], mem=20000), None),
     ("memory picks the type", A4B2, job("j", gpus=2, mem=20000), None),

@@ -16,6 +16,11 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
     return f"{count:,} {word}"
 
 
+def gpus(count: float, what: str = "GPU") -> str:
+    """A number of GPUs, whole or not: "1 GPU", "0.5 GPU", "2 GPUs", "10,000 GPUs" (``what``: "guaranteed GPU")."""
+    return f"{count:,g} {what}{'' if 0 < count <= 1 else 's'}"
+
+
 def duration(seconds: float, sep: str = "") -> str:
     """``42s``, ``3m05s``, ``2h07m``: a wait, a run time or an ETA, to the second at most, in its two largest
     units. ``sep`` goes between them (``"3m 05s"`` with ``" "``: a progress line; tables keep them together)."""

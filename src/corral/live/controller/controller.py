@@ -66,6 +66,7 @@ from corral.core.events import (
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
+from corral.core.wording import gpus
 from corral.engine.clock import Clock, VirtualClock, WallClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState
@@ -874,8 +875,8 @@ class Controller:
                 raise InvalidRequest(f"gpu_mem_mib must be an integer in 0..{most}, got {request.gpu_mem_mib!r}")
         if not request.opportunistic and tenant.quota_gpus is not None and n * milli > tenant.quota_gpus * 1000:
             raise NeverFits(
-                f"tenant {tenant.name!r} has a quota of {tenant.quota_gpus} GPUs; a guaranteed job of "
-                f"{n * milli / 1000:g} GPUs could never start (submit it as opportunistic to run on spare GPUs)",
+                f"tenant {tenant.name!r} has a quota of {gpus(tenant.quota_gpus)}; a guaranteed job of "
+                f"{gpus(n * milli / 1000)} could never start (submit it as opportunistic to run on spare GPUs)",
             )
         if not os.path.isdir(request.cwd):
             raise InvalidRequest(f"working directory {request.cwd!r} does not exist on the server")

@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
+from corral.core.wording import gpus
 from corral.policies.framework.view import ClusterView
 
 
@@ -135,10 +136,10 @@ def capacity_reason(view: ClusterView, spec: JobSpec) -> str | None:
     most = max(topo.type_num_gpus[t] for t in types_ok)
     if spec.num_gpus > most:
         kind = f" of type {'|'.join(spec.gpu_types)}" if spec.gpu_types else ""
-        return f"needs {spec.num_gpus} GPUs{kind}; the cluster has at most {most} of one type"
+        return f"needs {gpus(spec.num_gpus)}{kind}; the cluster has at most {most} of one type"
     tenant = view.tenants.get(spec.tenant)
     quota = tenant.quota_gpus if tenant is not None else None
     if spec.job_class is JobClass.GUARANTEED and quota is not None and spec.gpu_demand_milli > quota * FULL_GPU_MILLI:
-        gpus = spec.gpu_demand_milli / FULL_GPU_MILLI
-        return f"needs {gpus:g} guaranteed GPUs; tenant {spec.tenant!r} has a quota of {quota}"
+        asked = gpus(spec.gpu_demand_milli / FULL_GPU_MILLI, "guaranteed GPU")
+        return f"needs {asked}; tenant {spec.tenant!r} has a quota of {quota}"
     return None

@@ -67,6 +67,7 @@ from corral.core.errors import InvariantViolation
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
+from corral.core.wording import gpus
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
 from corral.policies.framework.view import ClusterView
 from corral.policies.hived.cells import BOUND, Buckets, BuddyAllocator, CellTree, Chain
@@ -335,7 +336,7 @@ class HivedPolicy(BasePolicy):
         chains = self._chains(view, spec)
         if not any(c.num_gpus >= n for c in chains):
             most = max((c.num_gpus for c in chains), default=0)
-            return f"needs {n} GPUs of one node shape and GPU type; the largest such group has {most}"
+            return f"needs {gpus(n)} of one node shape and GPU type; the largest such group has {most}"
         vc_index = self._vc_of.get(spec.tenant)
         if spec.job_class is JobClass.GUARANTEED and vc_index is not None:
             vc = self.vcs[vc_index]
@@ -346,7 +347,7 @@ class HivedPolicy(BasePolicy):
             if not fits:
                 assert self.tree is not None
                 return (
-                    f"needs {n} GPUs on {-(-n // max(c.node_gpus for c in chains))} node(s); the cells of "
+                    f"needs {gpus(n)} on {-(-n // max(c.node_gpus for c in chains))} node(s); the cells of "
                     f"{spec.tenant!r} are {describe_vc(self.tree, vc.cells)}"
                 )
         return None
