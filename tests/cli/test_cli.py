@@ -43,7 +43,8 @@ def test_simulate_writes_the_documented_files(tmp_path: Path) -> None:
     assert len(rows) == 60
     assert list(rows[0])[: len(JOB_COLUMNS)] == JOB_COLUMNS
     assert rows[0]["job_id"] == "0" and rows[0]["end_s"] == "164.000"
-    assert (tmp_path / "utilization.csv").read_text().startswith("time_s,gpu_alloc_frac,gpu_sm_frac,gpu_mem_frac\n")
+    header = "time_s,gpu_alloc_frac,gpu_sm_frac,gpu_mem_frac,queue_mean\n"
+    assert (tmp_path / "utilization.csv").read_text().startswith(header)
     assert (tmp_path / "tenants.csv").exists()
 
 

@@ -223,3 +223,39 @@ def test_report_loads_in_chromium_without_errors(compared: Path) -> None:
     assert len(widths) == len(ALWAYS) and all(w > 0 for w in widths), widths
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
     assert title.startswith("corral report: 60 jobs")
+
+
+def test_the_queue_length_counts_every_wait(tmp_path: Path) -> None:
+    """SRTF preempts: a preempted job waits again. ``queue_mean`` integrates to every job's time pending (Little's
+    law on the replay's own numbers), not only to the waits for a first start."""
+    out = tmp_path / "srtf"
+    code, text = invoke("simulate", *REPLAY, "--policy", "srtf", "--out", str(out), "--no-report")
+    assert code == 0, text
+    with (out / "jobs.csv").open() as f:
+        jobs = list(csv.DictReader(f))
+    assert any(int(j["preemptions"]) > 0 for j in jobs)  # there are second waits to count
+    waited = sum(float(j["queueing_s"]) for j in jobs)
+    first = sum(float(j["start_s"]) - float(j["submit_s"]) for j in jobs if j["start_s"])
+    assert waited > first * 1.01
+    with (out / "utilization.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    bin_s = float(rows[1]["time_s"]) - float(rows[0]["time_s"])
+    area = sum(float(r["queue_mean"]) * bin_s for r in rows)
+    assert area == pytest.approx(waited, rel=1e-4)
+
+
+@needs_matplotlib
+def test_a_folder_from_before_queue_mean_still_plots_its_first_waits(compared: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(compared / "srtf", old)
+    path = old / "utilization.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert "queue_mean" in rows[0]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, [k for k in rows[0] if k != "queue_mean"], lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    code, text = invoke("report", str(old))
+    assert code == 0, text
+    _check_png(old / "queue_length.png")

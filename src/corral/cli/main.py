@@ -283,11 +283,16 @@ def _run(
     show: bool,
     record: bool,
     failures: NodeEventSource = None,
+    *,
+    queue: bool = False,
 ) -> SimulationResult:
+    """One replay; ``queue`` keeps the queue's length over time (for an output folder's report)."""
     policy = make_policy(policy_spec, seed=seed)
     events = failures() if failures is not None else None
     if not show:
-        return simulate(trace, cluster, policy, perf=perf, record_decisions=record, node_events=events)
+        return simulate(
+            trace, cluster, policy, perf=perf, record_decisions=record, node_events=events, record_queue=queue
+        )
     if not err_console.is_terminal:
         # A bar off a terminal prints nothing until the end: a log would show nothing for minutes.
         return simulate(
@@ -299,6 +304,7 @@ def _run(
             on_progress=_PlainProgress(policy.name, len(trace.jobs)),
             progress_every_s=_PLAIN_PROGRESS_EVERY_S,
             node_events=events,
+            record_queue=queue,
         )
     from rich.progress import (
         BarColumn,
@@ -329,6 +335,7 @@ def _run(
             record_decisions=record,
             on_progress=lambda n: progress.update(task, completed=n),
             node_events=events,
+            record_queue=queue,
         )
     return result
 
@@ -535,7 +542,17 @@ def simulate_cmd(
 
             prepare_out(out_dir, overwrite=overwrite)
         trace, cluster, perf, failures = _load(kw, [policy_spec])
-        result = _run(trace, cluster, perf, policy_spec, kw["seed"], kw["progress"], record_decisions, failures)
+        result = _run(
+            trace,
+            cluster,
+            perf,
+            policy_spec,
+            kw["seed"],
+            kw["progress"],
+            record_decisions,
+            failures,
+            queue=out_dir is not None,
+        )
         table = Table(
             title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(result.num_gpus, 'GPU')})",
             caption=result.policy,
@@ -609,7 +626,11 @@ def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, repor
 
             prepare_out(out_dir, overwrite=overwrite, per_policy=True)
         trace, cluster, perf, failures = _load(kw, policies)
-        results = [_run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures) for spec in policies]
+        queue = out_dir is not None
+        results = [
+            _run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures, queue=queue)
+            for spec in policies
+        ]
         title = f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})"
         for table in _compare_tables(title, policies, results, console.width):
             console.print(table)

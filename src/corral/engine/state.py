@@ -155,6 +155,11 @@ class ClusterState:
         self._last_change_s: float | None = None
         self.timeline_s: array[float] = array("d")
         self.timeline_milli: array[int] = array("q")
+        # The queue's length over time (reports): the pending count from each change time on, every wait counted
+        # (preempted and requeued jobs wait again). Recorded only once record_queue() asks: a replay that writes
+        # no report pays one test per queue change.
+        self.timeline_queue_s: array[float] | None = None
+        self.timeline_queue: array[int] = array("q")
 
     # ------------------------------------------------------------------------------------------------------
     # ClusterView (read side)
@@ -307,6 +312,22 @@ class ClusterState:
             self.timeline_s.append(now_s)
             self.timeline_milli.append(self._alloc_milli)
 
+    def record_queue(self) -> None:
+        """Record the queue's length from now on (:attr:`timeline_queue_s`, :attr:`timeline_queue`)."""
+        if self.timeline_queue_s is None:
+            self.timeline_queue_s = array("d")
+
+    def _queue_tick(self, now_s: float) -> None:
+        times = self.timeline_queue_s
+        if times is None:
+            return
+        n = len(self._pending_entry)
+        if times and times[-1] == now_s:
+            self.timeline_queue[-1] = n
+        else:
+            times.append(now_s)
+            self.timeline_queue.append(n)
+
     # ------------------------------------------------------------------------------------------------------
     # Checked mutations
     # ------------------------------------------------------------------------------------------------------
@@ -318,12 +339,16 @@ class ClusterState:
         self._tenant_tick(spec.tenant, now_s)
         self._enqueue(job)  # first: if the policy's queue key fails, nothing has been recorded
         self._jobs[spec.job_id] = job
+        if self.timeline_queue_s is not None:
+            self._queue_tick(now_s)
         return job
 
     def reject(self, job_id: str, reason: str, now_s: float) -> JobStatus:
         job = self._expect(job_id, JobPhase.PENDING, "reject")
         self._tenant_tick(job.spec.tenant, now_s)
         self._dequeue(job)
+        if self.timeline_queue_s is not None:
+            self._queue_tick(now_s)
         job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.REJECTED
         job.reason = reason
@@ -336,6 +361,8 @@ class ClusterState:
         self._tenant_tick(spec.tenant, now_s)
         held = self._take(job, placement)
         self._dequeue(job)
+        if self.timeline_queue_s is not None:
+            self._queue_tick(now_s)
         if now_s != job.queued_since_s:  # adding +0.0 changes nothing but makes a new float, kept per job to the end
             job.queued_s += now_s - job.queued_since_s
         job.phase = JobPhase.RUNNING
@@ -446,6 +473,8 @@ class ClusterState:
         job.phase = JobPhase.PENDING
         job.queued_since_s = now_s
         self._enqueue(job)
+        if self.timeline_queue_s is not None:
+            self._queue_tick(now_s)
         return job
 
     def note_waiting(self, reasons: Mapping[str, str]) -> None:
@@ -485,6 +514,8 @@ class ClusterState:
             raise InvariantViolation(f"cannot {verb} job {job_id!r} after a stop: it is pending and never ran")
         self._tenant_tick(job.spec.tenant, now_s)
         self._dequeue(job)
+        if self.timeline_queue_s is not None:
+            self._queue_tick(now_s)
         job.queued_s += now_s - job.queued_since_s
         job.suspended_from = None
         return job
@@ -522,6 +553,7 @@ class ClusterState:
             self._release(job, now_s)
         elif job.phase is JobPhase.PENDING:
             self._dequeue(job)
+            self._queue_tick(now_s)
             job.queued_s += now_s - job.queued_since_s
         else:
             raise InvariantViolation(f"cannot cancel job {job_id!r}: it is {job.phase.value}")
@@ -544,6 +576,7 @@ class ClusterState:
             job = record
             self._tenant_tick(spec.tenant, now_s)
             self._enqueue(job)
+            self._queue_tick(now_s)
             self._jobs[spec.job_id] = job
             return job
         if record.phase is not JobPhase.RUNNING or record.placement is None or record.last_start_s is None:

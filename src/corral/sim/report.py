@@ -227,10 +227,16 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
         for series, factor in ((result.timeline_sm, 1000.0), (result.timeline_mem_mib, scale)):
             values = [v * factor for v in series]
             columns.append(utilization_bins(result.timeline_use_s, values, result.window, result.num_gpus, bin_s)[1])
+    header = ["time_s", "gpu_alloc_frac", "gpu_sm_frac", "gpu_mem_frac"][: len(columns) + 1]
+    if result.timeline_queue_s is not None:
+        # The mean number of jobs pending in each bin, every wait counted (utilization_bins divides by 1000 x G).
+        counts = [n * 1000.0 for n in result.timeline_queue]
+        columns.append(utilization_bins(result.timeline_queue_s, counts, result.window, 1, bin_s)[1])
+        header.append("queue_mean")
     path = out / "utilization.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(("time_s", "gpu_alloc_frac", "gpu_sm_frac", "gpu_mem_frac")[: len(columns) + 1])
+        w.writerow(header)
         for i, row in enumerate(bins):
             w.writerow((*row, *(col[i][1] for col in columns[1:])))
     written.append(path)

@@ -12,8 +12,9 @@ Plots, one line or bar per run, each written as ``NAME.png`` beside ``report.htm
 
 - ``jct_cdf.png``: CDF of the JCT (end - submit) of finished jobs;
 - ``queueing_cdf.png``: CDF of the seconds each finished job spent pending (``queueing_s``: every wait);
-- ``queue_length.png``: jobs waiting for their first start over time, from ``submit_s`` and ``start_s``
-  (``jobs.csv`` does not say when a preempted job waited again: those waits are not counted);
+- ``queue_length.png``: jobs waiting over time, every wait counted (a preempted job waits again): the mean per
+  time bin of ``utilization.csv``'s ``queue_mean``. A folder written before that column existed gives the jobs
+  waiting for their first start instead, from ``jobs.csv``'s ``submit_s`` and ``start_s``, and says so;
 - ``utilization.png``: per time bin of ``utilization.csv``, the fraction of the GPUs allocated and, where
   measured, of GPU time kept busy (SM) and of GPU memory in use;
 - ``rho_cdf.png``: CDF of the finish-time fairness rho of finished jobs (Themis);
@@ -260,12 +261,18 @@ def _queueing(runs: Sequence[RunData], fig: Figure) -> None:
 
 def _queue(runs: Sequence[RunData], fig: Figure) -> None:
     ax = fig.subplots()
+    first_only = False
     for run in runs:
-        t, count = _queue_length(run)
+        if run.utilization and "queue_mean" in run.utilization[0]:
+            t = _values(run, run.utilization, "time_s", "utilization.csv")
+            count = _values(run, run.utilization, "queue_mean", "utilization.csv")
+        else:  # an older folder: first waits only, from jobs.csv
+            t, count = _queue_length(run)
+            first_only = True
         if len(t):
             ax.plot(t / 3600.0, count, drawstyle="steps-post", label=_label(run.label))
     ax.set_xlabel("time (h)")
-    ax.set_ylabel("jobs waiting to start")
+    ax.set_ylabel("jobs waiting to start" + (" (first waits only)" if first_only else " (mean per bin)"))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     if ax.lines:  # a legend of nothing would warn

@@ -67,6 +67,8 @@ class SimulationResult:
     timeline_sm: Any = None  # array('d'): measured SM-busy GPUs from each change time of ``timeline_use_s`` on
     timeline_mem_mib: Any = None  # array('d'): GPU memory in use (MiB)
     timeline_use_s: Any = None  # array('d')
+    timeline_queue_s: Any = None  # array('d'): the queue's change times (record_queue=True), else None
+    timeline_queue: Any = None  # array('q'): jobs pending from each of them on
 
 
 def simulate(
@@ -81,6 +83,7 @@ def simulate(
     check_invariants: bool = False,
     node_events: Iterable[tuple[float, NodeEvent]] | None = None,
     after_round: Callable[[ClusterState, float], None] | None = None,
+    record_queue: bool = False,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy`` in virtual time until every job finished or was rejected.
 
@@ -92,6 +95,7 @@ def simulate(
     ``after_round(state, now)`` is called after every round, once its decision is applied (after the invariants
     are checked, with ``check_invariants``): tests check there what a round must leave behind (the conformance
     suite's work conservation, ``tests/policies/test_contract.py``).
+    ``record_queue`` keeps the queue's length over time, every wait counted (the report's queue length plot).
     """
     started = time.perf_counter()
     for spec in trace.jobs:
@@ -99,6 +103,8 @@ def simulate(
             raise InputError(f"job {spec.job_id!r} has no duration; a replay needs one per job", file=trace.source)
     topo = Topology(cluster)
     state = ClusterState(topo, cluster.tenants, queue_key=policy.queue_key)
+    if record_queue:
+        state.record_queue()
     executor = SimExecutor(topo, perf, telemetry=policy.needs_telemetry)
     engine = Engine(state, policy, executor, VirtualClock(), record_decisions=record_decisions)
     engine.feed(trace.jobs)
@@ -156,6 +162,8 @@ def simulate(
         timeline_sm=executor.timeline_sm,
         timeline_mem_mib=executor.timeline_mem_mib,
         timeline_use_s=executor.timeline_s,
+        timeline_queue_s=state.timeline_queue_s,
+        timeline_queue=state.timeline_queue if record_queue else None,
     )
 
 
