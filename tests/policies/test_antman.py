@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from builders import cluster, job
 from corral.core.cluster import Cluster, Topology
-from corral.core.decisions import Action, Preempt, Resize
+from corral.core.decisions import Action, Launch, Preempt, Resize
 from corral.core.errors import ConfigError
 from corral.core.events import DemandChanged, JobFinished
 from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus
@@ -166,6 +166,19 @@ class FakeExecutor:
         return 0 if p is None else p.gpu_milli
 
 
+def check_downgrades(state: ClusterState, actions: list[Any]) -> None:
+    """A round's downgrades are for its own tenant's guaranteed jobs: every tenant whose upgraded job it suspends
+    back launches a job submitted as guaranteed in the same round."""
+    launched = {
+        state.job(a.job_id).spec.tenant
+        for a in actions
+        if isinstance(a, Launch) and state.job(a.job_id).spec.job_class is JobClass.GUARANTEED
+    }
+    for a in actions:
+        if isinstance(a, Preempt) and a.downgrade:
+            assert state.job(a.job_id).spec.tenant in launched, f"{a.job_id} downgraded for no job of its tenant"
+
+
 class Harness:
     """An engine with the fake executor; every round re-checks every invariant of the state and of AntMan."""
 
@@ -180,8 +193,12 @@ class Harness:
         original_round, original_apply, original_handle = engine._round, engine._apply, engine._handle
 
         def checked_round(now: float) -> None:
+            log = self.engine.decision_log
+            assert log is not None
+            first = len(log)
             original_round(now)
             self.state.check_invariants()
+            check_downgrades(self.state, [entry.action for entry in log[first:]])
 
         def checked_apply(action: Action, now: float) -> None:
             check_action(self.state, action)
@@ -207,11 +224,15 @@ class Harness:
 
 
 def check_action(state: ClusterState, action: Action) -> None:
-    """AntMan's promises, checked on every action before it is applied: a guaranteed job is never preempted or
-    suspended, its compute share never cut, and its reservation never lowered below what it measured it needs."""
+    """AntMan's promises, checked on every action before it is applied: a job submitted as guaranteed is never
+    preempted or suspended, its compute share never cut, and its reservation never lowered below what it measured it
+    needs; an upgraded job is stopped only as a downgrade (see :func:`check_downgrades`)."""
     if isinstance(action, Preempt):
         job = state.job(action.job_id)
-        assert job.job_class is JobClass.OPPORTUNISTIC, f"guaranteed job {action.job_id} preempted"
+        if action.downgrade:
+            assert job.upgraded and job.spec.job_class is JobClass.OPPORTUNISTIC, f"{action.job_id} downgraded"
+        else:
+            assert job.job_class is JobClass.OPPORTUNISTIC, f"guaranteed job {action.job_id} preempted"
     if isinstance(action, Resize) and action.gpu_milli is not None:
         placement = state.job(action.job_id).placement
         assert placement is not None
@@ -527,6 +548,44 @@ def test_no_upgrade_for_a_tenant_whose_guaranteed_queue_is_stuck() -> None:
         ]
     )
     assert not any(" upgrade " in line for line in lines)
+
+
+def test_a_later_guaranteed_job_takes_back_the_quota_an_upgrade_borrowed() -> None:
+    # a's quota (1 GPU) is free when o arrives: o is launched and upgraded at once. At 10 s a's guaranteed job g
+    # arrives: o, the latest (only) upgraded job of a, is suspended back to the opportunistic queue and g starts at
+    # once, on o's GPU; o runs on as a guest (GPU 1 is idle: it resumes there, opportunistic).
+    c = cluster(nodes=1, gpus=2, tenants={"a": 1})
+    jobs = [
+        job("o", duration=1000, tenant="a", mem=4000, opportunistic=True),
+        job("g", duration=100, submit=10, tenant="a", mem=4000),
+    ]
+    h = Harness(c, antman())
+    lines = h.run(jobs)
+    assert lines[:2] == ["0.000 launch o gpus=0 milli=0", "0.000 upgrade o gpus=0 milli=1000"]
+    assert "10.000 suspend o downgrade" in lines and "10.000 launch g gpus=0 milli=1000" in lines
+    assert lines.index("10.000 suspend o downgrade") < lines.index("10.000 launch g gpus=0 milli=1000")
+    o, g = h.state.job("o"), h.state.job("g")
+    assert g.first_start_s == 10.0 and o.preemptions == 1 and o.end_s is not None
+    # Without downgrades g waits for o to end (at 1000 s).
+    h = Harness(c, antman(downgrade=False))
+    lines = h.run(jobs)
+    assert not any("downgrade" in line for line in lines)
+    assert h.state.job("g").first_start_s == pytest.approx(1000.0)
+
+
+def test_downgrades_take_the_latest_upgraded_and_only_as_many_as_needed() -> None:
+    c = cluster(nodes=1, gpus=4, tenants={"a": 2})
+    h = Harness(c, antman())
+    lines = h.run(
+        [
+            job("o1", duration=1000, tenant="a", mem=4000, opportunistic=True),
+            job("o2", duration=1000, submit=1, tenant="a", mem=4000, opportunistic=True),
+            job("g", duration=100, submit=10, tenant="a", mem=4000),
+        ]
+    )
+    assert "10.000 suspend o2 downgrade" in lines
+    assert not any(line.startswith("10.000 suspend o1") for line in lines)
+    assert h.state.job("g").first_start_s == 10.0
 
 
 # -- exclusive allocation (opportunistic=false) ---------------------------------------------------------------------

@@ -44,11 +44,15 @@ class Preempt:
     """Stop a running job, checkpointing it; it goes back to pending and keeps its progress.
 
     With ``suspend``, the job is suspended at a mini-batch boundary and its state stays in the host memory of its
-    node(s) (Gandiva's suspend, OSDI'18 §3.1): resuming it there costs far less than a restore elsewhere."""
+    node(s) (Gandiva's suspend, OSDI'18 §3.1): resuming it there costs far less than a restore elsewhere.
+
+    With ``downgrade``, an opportunistic job that was upgraded to guaranteed goes back to the queue as the
+    opportunistic job it was submitted as (AntMan: its tenant's own guaranteed job claims the quota it borrowed)."""
 
     job_id: str
     reason: str = ""
     suspend: bool = False
+    downgrade: bool = False
 
 
 @dataclass(frozen=True, slots=True)

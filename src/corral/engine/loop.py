@@ -93,7 +93,9 @@ class LoggedAction:
             gpus = " ".join(map(str, a.placement.gpus))
             return f"{self.time_s:.3f} launch {a.job_id} gpus={gpus} milli={a.placement.gpu_milli}"
         if isinstance(a, Preempt):
-            return f"{self.time_s:.3f} {'suspend' if a.suspend else 'preempt'} {a.job_id}"
+            return f"{self.time_s:.3f} {'suspend' if a.suspend else 'preempt'} {a.job_id}" + (
+                " downgrade" if a.downgrade else ""
+            )
         if isinstance(a, Resize):
             parts = [f"{self.time_s:.3f} resize {a.job_id}"]
             if a.gpu_milli is not None:
@@ -393,7 +395,7 @@ class Engine:
             if job.phase is not JobPhase.RUNNING:
                 raise InvariantViolation(f"cannot preempt job {action.job_id!r}: it is {job.phase.value}")
             work = executor.preempt(job, now, suspend=action.suspend)
-            state.preempt(action.job_id, now, work, suspend=action.suspend)
+            state.preempt(action.job_id, now, work, suspend=action.suspend, downgrade=action.downgrade)
         elif type(action) is Resize:
             before = state.resize(action.job_id, now, action.gpu_milli, action.mem_mib)
             job = state.job(action.job_id)

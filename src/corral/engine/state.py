@@ -460,13 +460,20 @@ class ClusterState:
         self._measure(placement, telemetry, +1)
         return job
 
-    def preempt(self, job_id: str, now_s: float, work_done_s: float, *, suspend: bool = False) -> JobStatus:
+    def preempt(
+        self, job_id: str, now_s: float, work_done_s: float, *, suspend: bool = False, downgrade: bool = False
+    ) -> JobStatus:
         """Take a running job's GPUs back; it returns to the queue with its progress. With ``suspend``, its state
-        stays in the host memory of the node(s) it ran on: ``suspended_from`` records where."""
+        stays in the host memory of the node(s) it ran on: ``suspended_from`` records where. With ``downgrade``, an
+        upgraded job returns as the opportunistic job it was submitted as (no longer ``upgraded``)."""
         job = self._expect(job_id, JobPhase.RUNNING, "preempt")
+        if downgrade and not job.upgraded:
+            raise InvariantViolation(f"cannot downgrade job {job_id!r}: it was not upgraded")
         placement = job.placement
         self._tenant_tick(job.spec.tenant, now_s)
-        self._release(job, now_s)
+        self._release(job, now_s)  # its quota use as the guaranteed job it was
+        if downgrade:
+            job.upgraded = False
         job.suspended_from = placement if suspend else None
         job.work_done_s = work_done_s
         job.preemptions += 1
