@@ -40,6 +40,7 @@ from corral.live.records import (
 )
 
 SCHEMA_VERSION = 1
+ESTIMATE_ROWS = 500  # estimates written per transaction (see Store.record_estimates)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -306,15 +307,16 @@ class Store:
         """Keep each job's first estimate of its first start and its latest: ``(job_id, start_s, earliest_s,
         latest_s)`` made at ``made_s`` (``latest_s`` None: no bound)."""
         rows = [(job_id, made_s, start, made_s, start, low, high) for job_id, start, low, high in estimates]
-        if not rows:
-            return
-        with self.transaction():
-            self._db.executemany(
-                "INSERT INTO estimates VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
-                "last_made_s=excluded.last_made_s, last_start_s=excluded.last_start_s, "
-                "last_low_s=excluded.last_low_s, last_high_s=excluded.last_high_s",
-                rows,
-            )
+        # In transactions of ESTIMATE_ROWS rows: the controller's loop commits its turns through the same lock, and
+        # waits at most one of them (a queue of 50,000 jobs is 100 of them).
+        for at in range(0, len(rows), ESTIMATE_ROWS):
+            with self.transaction():
+                self._db.executemany(
+                    "INSERT INTO estimates VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
+                    "last_made_s=excluded.last_made_s, last_start_s=excluded.last_start_s, "
+                    "last_low_s=excluded.last_low_s, last_high_s=excluded.last_high_s",
+                    rows[at : at + ESTIMATE_ROWS],
+                )
 
     def estimate_outcomes(self) -> list[EstimateOutcome]:
         """The estimated jobs that have started since, with when."""
