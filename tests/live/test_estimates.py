@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from test_controller import shutdown
 
 from builders import cluster, job
 from corral.cli.live import load_job_file
@@ -32,7 +33,7 @@ from corral.engine.state import ClusterState
 from corral.live.api import create_app
 from corral.live.config import ServeConfig, TenantConfig
 from corral.live.controller import Controller
-from corral.live.records import BadRequest, JobRequest, ProcessPhase
+from corral.live.records import JobRequest
 from corral.policies.registry import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.forecast import MIN_HISTORY, PRIOR_S, Durations, Snapshot, forecast
@@ -196,13 +197,7 @@ def serving(state_dir: Path) -> Iterator[Controller]:
     try:
         yield c
     finally:
-        for record in c.jobs(phases=[JobPhase.PENDING, JobPhase.RUNNING]):
-            with contextlib.suppress(BadRequest):
-                c.cancel(record.job_id)
-        deadline = time.monotonic() + 20
-        while any(r.process.phase is not ProcessPhase.NONE for r in c.jobs()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        c.stop()
+        shutdown(c)  # no process left behind
 
 
 @pytest.fixture(scope="module")
