@@ -124,6 +124,20 @@ def test_a_node_that_is_down_takes_no_job_in_the_forecast() -> None:
     assert late.start_s == 100.0 and late.gpus == (0,)  # after the running job, on its GPU
 
 
+def test_a_restored_tiresias_job_is_demoted_when_its_service_crosses_the_threshold_not_a_run_later() -> None:
+    """Found by benchmarks/bench_estimate.py: Tiresias took a restored running job's service as of its last stop,
+    so its demotion came a whole threshold after the restart (here at 6,250 s, after the job's end at 5,000 s),
+    in forecasts and after a live restart alike."""
+    c = cluster(nodes=1, gpus=1)
+    running = JobStatus(job("run", gpus=1, duration=None), phase=JobPhase.RUNNING, last_start_s=0.0)
+    running.placement = placement_on(c, [0])
+    running.first_start_s = 0.0
+    waiting = JobStatus(job("wait", gpus=1, duration=None, submit=5.0), queued_since_s=5.0)
+    p = make_policy("tiresias")  # thresholds 3,250 and 7,200 GPU-s
+    snap = Snapshot(c, type(p), p.config, 0, 3000.0, (running, waiting), {"run": 5000.0, "wait": 50.0})
+    assert forecast(snap).estimates["wait"].start_s == pytest.approx(3250.0)  # the waiting job preempts it then
+
+
 def test_beyond_the_horizon_or_the_wall_time_limit_there_is_no_estimate() -> None:
     c = cluster(nodes=1, gpus=1)
     assert forecast(_one_running_one_waiting(c), horizon_s=60).estimates["wait"].start_s is None

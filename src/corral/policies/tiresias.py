@@ -350,10 +350,13 @@ class TiresiasPolicy(BasePolicy):
 
     # -- bookkeeping --------------------------------------------------------------------------------------------
     def _demotion_at(self, job: JobView, q: int, now_s: float) -> float | None:
-        """When a job launched now in queue ``q`` crosses its queue's threshold (None in the last queue)."""
+        """When a job running (or launched) now in queue ``q`` crosses its queue's threshold (None in the last
+        queue). A running job's current run counts: a job taken back after a restart, or copied into a forecast,
+        has run since its last start."""
         if q >= self._last_queue:
             return None
-        return now_s + (self._thresholds[q] - self._queue_attained(job)) / job.spec.num_gpus
+        left = self._thresholds[q] - self._queue_attained(job, now_s)
+        return now_s + max(0.0, left) / job.spec.num_gpus
 
     def _promotion_at(self, q: int, ran_s: float, now_s: float) -> float | None:
         """When a job that stopped now, in queue ``q`` after running ``ran_s`` since its last promotion, starves."""
@@ -428,7 +431,7 @@ class TiresiasPolicy(BasePolicy):
         its queue."""
         job_id = job.spec.job_id
         if job.phase is JobPhase.RUNNING:
-            self._enter(job_id, self._queue_for(self._queue_attained(job)))
+            self._enter(job_id, self._queue_for(self._queue_attained(job, now_s)))
             self._run_next += 1
             self._run_pos[job_id] = self._run_next
         self.on_job_changed(job, now_s)
