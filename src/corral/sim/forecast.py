@@ -234,14 +234,26 @@ def _run(
         restored = engine.restore(copy, now)
         if restored.phase is JobPhase.RUNNING:
             executor.launch(restored, now)
-    engine.on_change = seen
-    engine.schedule(now, TimerFired("forecast"))
-    t, window, cut = now, _FIRST_WINDOW_S, False
-    while engine.queue and len(started) < len(targets) and t < until_s:
+    def in_time(_round_s: float) -> None:
+        # After every round: a window of a long replay can take minutes, so the limit is checked here, not only
+        # between windows. The engine is dropped afterwards: stopping it mid-window leaves nothing behind.
         if time.perf_counter() > deadline:
-            cut = True
-            break
-        t = min(t + window, until_s)
-        engine.run(until_s=t)
-        window = min(2 * window, _MAX_WINDOW_S)
-    return started, cut
+            raise _OutOfTime
+
+    engine.on_change = seen
+    engine.on_round = in_time
+    engine.schedule(now, TimerFired("forecast"))
+    t, window = now, _FIRST_WINDOW_S
+    try:
+        while engine.queue and len(started) < len(targets) and t < until_s:
+            in_time(0.0)
+            t = min(t + window, until_s)
+            engine.run(until_s=t)
+            window = min(2 * window, _MAX_WINDOW_S)
+    except _OutOfTime:
+        return started, True
+    return started, False
+
+
+class _OutOfTime(Exception):
+    """A forecast's replay ran past its wall-time limit."""
