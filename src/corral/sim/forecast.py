@@ -234,6 +234,7 @@ def _run(
         restored = engine.restore(copy, now)
         if restored.phase is JobPhase.RUNNING:
             executor.launch(restored, now)
+
     def in_time(_round_s: float) -> None:
         # After every round: a window of a long replay can take minutes, so the limit is checked here, not only
         # between windows. The engine is dropped afterwards: stopping it mid-window leaves nothing behind.
