@@ -99,10 +99,12 @@ class Estimator:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the timer. A forecast under way is not waited for (its thread is a daemon, and it records nothing
+        once stopped): stopping the server must not wait for a long queue's forecast."""
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(timeout=self.wall_limit_s * 3 + 5)
+            thread.join(timeout=1.0)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -130,6 +132,8 @@ class Estimator:
         with self._run_lock:
             snapshot = self._snapshot()
             result = self._forecast(snapshot)
+            if self._stop.is_set():
+                return result  # the controller stopped meanwhile: its store may be closed
             with self._lock:
                 self._latest = result
             # Only first starts are judged (see the module docstring): jobs that never ran.
