@@ -31,6 +31,11 @@ Assumptions (each configurable in :class:`PerfModel`):
   the mini-batch boundary, where a job's GPU memory is smallest, and reports suspend/resume costing well under a
   second for typical models, against tens of seconds for a checkpoint and restore; the default of 1 s is a
   rounded-up figure of that order. Host memory is not modelled (it is taken to be enough).
+- Switching presets (``switching``, issue 19): ``assumed`` keeps ``restore_s`` and ``suspend_resume_s`` as given
+  (30 s and 1 s by default: the literature's orders of magnitude); ``cold`` and ``warm`` set both to what corral's
+  own live switching measured (:data:`SWITCHING`): a restart from a checkpoint into a fresh interpreter, or into a
+  process forked from the node's warm workers, and a resume from host memory. Giving a preset and either figure is
+  an error.
 - Packing: a whole-GPU job launched at a share below 1000 (see :mod:`corral.engine.state`) shares its GPUs with
   the other packed jobs on them. Two packed jobs run at the normalised rates Gavel measured for their models'
   job types on the GPU's type (:func:`corral.workloads.colocation.pair_rates`, with its fallback of 0.5 each for
@@ -70,18 +75,34 @@ from corral.workloads.batching import batch_curve, goodput_ratio, type_at_batch
 from corral.workloads.colocation import FALLBACK_RATES, ColocationTable, gavel_gpu, load_colocation, pair_rates
 from corral.workloads.models import UNKNOWN, traits
 
+# Measured switching costs, seconds: (restore_s, suspend_resume_s). restore_s: a preempted job's checkpoint, exit,
+# new run and first step resumed, on the 2-core CPU machine, a 512-wide MLP with Adam (benchmarks/bench_switch.py,
+# median of 10: cold 2.26 s, warm 0.099 s; CUDA's own start and the copy to a GPU are not in them). suspend_resume_s:
+# a resume from pinned host memory plus its first step, less a normal step, on an H100 (docs/measurements.md,
+# section 4: 25-34 ms for ResNet-50, 44-52 ms for a BERT-base-sized encoder): 0.05 s.
+SWITCHING: dict[str, tuple[float, float]] = {"cold": (2.26, 0.05), "warm": (0.099, 0.05)}
+_RESTORE_S, _SUSPEND_RESUME_S = 30.0, 1.0  # the assumed defaults
+
 
 @dataclass(frozen=True, slots=True)
 class PerfModel:
     spread_rate: float = field(default=0.8, metadata={"help": "speed of a job spread over more nodes than needed"})
     cross_rack_rate: float = field(default=0.9, metadata={"help": "extra factor when such a job spans racks"})
-    restore_s: float = field(default=30.0, metadata={"help": "checkpoint + restore seconds paid at each restart"})
+    restore_s: float = field(default=_RESTORE_S, metadata={"help": "checkpoint + restore seconds paid at each restart"})
     gpu_speed: bool = field(default=True, metadata={"help": "use the GPU types' relative speeds"})
     model_spread: bool = field(
         default=True, metadata={"help": "a known model's own spread rate instead of spread_rate (workloads.models)"}
     )
     suspend_resume_s: float = field(
-        default=1.0, metadata={"help": "seconds a suspended job pays to resume on the node(s) it was suspended on"}
+        default=_SUSPEND_RESUME_S,
+        metadata={"help": "seconds a suspended job pays to resume on the node(s) it was suspended on"},
+    )
+    switching: str = field(
+        default="assumed",
+        metadata={
+            "help": "restore_s and suspend_resume_s: assumed (as given), or measured on corral's live switching: "
+            "cold (a fresh interpreter) or warm (forked from the warm workers)"
+        },
     )
     interference_noise: float = field(
         default=0.0, metadata={"help": "packed pairs' true rates = table rates x U(1-noise, 1+noise), per pair"}
@@ -126,6 +147,20 @@ class PerfModel:
         )
 
     def __post_init__(self) -> None:
+        if self.switching != "assumed":
+            measured = SWITCHING.get(self.switching)
+            if measured is None:
+                raise ConfigError(
+                    f"perf model: switching must be assumed, {' or '.join(SWITCHING)}, got {self.switching!r}"
+                )
+            given = (self.restore_s, self.suspend_resume_s)
+            if given not in ((_RESTORE_S, _SUSPEND_RESUME_S), measured):  # (a copy by replace() gives the preset's)
+                raise ConfigError(
+                    "perf model: give switching or restore_s/suspend_resume_s, not both "
+                    f"(switching={self.switching} sets them to {measured[0]:g} s and {measured[1]:g} s)"
+                )
+            object.__setattr__(self, "restore_s", measured[0])  # frozen: set once, here
+            object.__setattr__(self, "suspend_resume_s", measured[1])
         for name in ("spread_rate", "cross_rack_rate"):
             value = getattr(self, name)
             if not 0 < value <= 1:
