@@ -114,6 +114,8 @@ class Estimator:
             try:
                 self.refresh()
             except Exception:  # a bug in the forecast: the controller goes on, the log says so
+                if self._stop.is_set():
+                    return  # stopped under it (its worker shut down): nothing went wrong
                 log.exception("estimating start times failed")
 
     # -- forecasts --------------------------------------------------------------------------------------------
