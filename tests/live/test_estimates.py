@@ -346,3 +346,41 @@ def test_a_job_file_may_say_how_long_the_job_runs(tmp_path: Path) -> None:
     with pytest.raises(InputError) as e:
         load_job_file(f)
     assert "job.toml" in str(e.value) and "expected_duration" in str(e.value) and "soon" in str(e.value)
+
+
+def test_the_forecast_worker_leaves_with_a_killed_server(tmp_path: Path) -> None:
+    """After a ``kill -9`` of ``corral serve`` nothing tells the forecast's worker process (it holds its own end of
+    the task queue's pipe): it watches its parent and leaves within a second or two."""
+    import os
+    import signal
+
+    from live_server import start_server
+
+    (tmp_path / "serve.toml").write_text("[server]\nestimate_interval_s = 0.5\n")
+    server = start_server(tmp_path / "state", "--gpus", "1", "--config", str(tmp_path / "serve.toml"))
+
+    def workers() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[1]) == server.process.pid and b"spawn_main" in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+        return found
+
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := workers()):
+            assert time.monotonic() < deadline, "no forecast worker started"
+            time.sleep(0.1)
+    finally:
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text() for pid in found):
+        assert time.monotonic() < deadline, f"forecast worker {found} outlived the server"
+        time.sleep(0.1)
+    for pid in found:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)

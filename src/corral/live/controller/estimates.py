@@ -25,8 +25,10 @@ import copy
 import dataclasses
 import logging
 import multiprocessing
+import os
 import statistics
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -165,7 +167,9 @@ class Estimator:
             return forecast(snapshot, horizon_s=self.horizon_s, wall_limit_s=self.wall_limit_s)
         if self._pool is None:
             # spawn, not fork: the controller has threads (the loop, the API's, the agent's) and locks they hold.
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_leave_with, initargs=(os.getpid(),)
+            )
         future = self._pool.submit(forecast, snapshot, horizon_s=self.horizon_s, wall_limit_s=self.wall_limit_s)
         return future.result(timeout=3 * self.wall_limit_s + 60)  # three runs, and the worker's start
 
@@ -294,6 +298,19 @@ def moves(now: Forecast, other: Forecast, tenant_of: Mapping[str, str]) -> tuple
                 later += b > a + RANGE_SLACK_S
         out.append(TenantMove(tenant, len(ids), _median(waits_now), _median(waits_other), earlier, later))
     return tuple(out)
+
+
+def _leave_with(parent: int) -> None:
+    """(In the forecast worker.) Exit within a second of the controller's process: after a ``kill -9`` of
+    ``corral serve`` nothing would tell the worker (it holds its own end of the task queue's pipe), and it would
+    stay for good."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="corral-forecast-parent", daemon=True).start()
 
 
 def _median(xs: list[float]) -> float | None:
