@@ -322,3 +322,23 @@ def test_a_stopped_run_that_failed_on_its_own_fails_the_job(
         if pid is not None:  # a's real process: the controller counts it ended
             with contextlib.suppress(OSError):
                 os.killpg(pid, 9)
+
+
+def test_a_run_asked_to_stop_that_dies_by_sigterm_after_a_restart_did_not_fail() -> None:
+    """Found by the chaos test under Tiresias: the controller asked a run to stop (preempted: its process
+    stopping, in the store), the agent sent SIGTERM, the job died of it before its handler was in place, and the
+    controller was killed before it heard. The new agent reported the death with no stop of its own asked
+    (``requested`` None): it was counted a failure ("killed by SIGTERM"). A stop the store says was asked is that
+    stop, whichever agent sent it; a signal nobody asked for is still a failure."""
+    import signal as signals
+
+    from corral.live.controller.controller import _failed
+
+    died = ProcessExited("j", 1, None, signals.SIGTERM, None, "")
+    assert _failed(died)  # nobody asked it to stop
+    assert not _failed(died, asked=True)
+    killed = ProcessExited("j", 1, None, signals.SIGKILL, None, "")
+    assert not _failed(killed, asked=True)  # the grace period's SIGKILL
+    segv = ProcessExited("j", 1, None, signals.SIGSEGV, None, "")
+    assert _failed(segv, asked=True)  # not a stop: the job crashed
+    assert _failed(ProcessExited("j", 1, 3, None, None, ""), asked=True)  # an error code fails, asked or not

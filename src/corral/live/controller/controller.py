@@ -802,7 +802,7 @@ class Controller:
             job.phase is JobPhase.PENDING
             and was in (ProcessPhase.PAUSED, ProcessPhase.STOPPING)
             and job.preemptions
-            and _failed(report)
+            and _failed(report, asked=was is ProcessPhase.STOPPING)
         ):
             # Suspended or preempted, but its run failed (an error code, even once asked to stop: the contract's
             # rule; or a signal the agent did not send), e.g. it ended in the turn that preempted it: it failed.
@@ -1100,13 +1100,18 @@ def _describe(request: JobRequest) -> str:
     return f"{kind}, {share}, tenant {request.tenant}"
 
 
-def _failed(report: ProcessExited) -> bool:
+def _failed(report: ProcessExited, *, asked: bool = False) -> bool:
     """Did the run fail, as the contract says (:mod:`corral.core.contract`, "Exit codes"): an exit code other than
     finished (0) and preempted (75), whether or not it was asked to stop, or death by a signal the agent did not
-    send (one after the agent asked it to stop is the agent's own SIGTERM or SIGKILL)."""
+    send (one after the agent asked it to stop is the agent's own SIGTERM or SIGKILL). ``asked``: the controller
+    had asked this run to stop (its process was stopping, which the store keeps across a restart); a SIGTERM or
+    SIGKILL is then that stop even when the agent that reports the exit is not the one that sent it (the
+    controller was killed and restarted in between, and the new agent adopted the run: found by the chaos test)."""
     if report.exit_code is not None:
         return report.exit_code not in (contract.EXIT_FINISHED, contract.EXIT_PREEMPTED)
-    return report.signal is not None and report.requested is None
+    if report.signal is None or report.requested is not None:
+        return False
+    return not (asked and report.signal in (signal.SIGTERM, signal.SIGKILL))
 
 
 def _exit_words(report: ProcessExited) -> str:
