@@ -318,6 +318,8 @@ class ClusterState:
             self.timeline_queue_s = array("d")
 
     def _queue_tick(self, now_s: float) -> None:
+        # The replay's hot paths (add, launch, preempt, ...) test timeline_queue_s before calling, to save the call;
+        # the rare ones (cancel, restore) call it as it is.
         times = self.timeline_queue_s
         if times is None:
             return

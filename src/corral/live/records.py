@@ -71,6 +71,19 @@ class JobRequest:
             "expected_duration_s": self.expected_duration_s,
         }
 
+    def spec(self, job_id: str, submit_s: float) -> JobSpec:
+        """The engine's job for this request, with ``job_id``, submitted at ``submit_s``."""
+        return JobSpec(
+            job_id=job_id,
+            submit_s=submit_s,
+            num_gpus=self.num_gpus,
+            tenant=self.tenant,
+            gpu_milli=self.gpu_milli,
+            job_class=JobClass.OPPORTUNISTIC if self.opportunistic else JobClass.GUARANTEED,
+            priority=self.priority,
+            gpu_mem_mib=self.gpu_mem_mib,
+        )
+
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobRequest:
         return cls(

@@ -163,7 +163,7 @@ def forecast(snapshot: Snapshot, *, horizon_s: float = HORIZON_S, wall_limit_s: 
     durations = Durations(snapshot.history_s)
     remaining: dict[str, Remaining] = {}
     for job in snapshot.jobs:
-        remaining[job.spec.job_id] = durations.remaining(_attained(job, now), snapshot.expected_s.get(job.spec.job_id))
+        remaining[job.spec.job_id] = durations.remaining(attained(job, now), snapshot.expected_s.get(job.spec.job_id))
     basis = Counter(r.basis for r in remaining.values())
     targets = {j.spec.job_id for j in snapshot.jobs if j.phase is JobPhase.PENDING}
     scenarios = (1,) if basis.keys() <= {"known"} else (1, 0, 2)
@@ -190,7 +190,7 @@ def forecast(snapshot: Snapshot, *, horizon_s: float = HORIZON_S, wall_limit_s: 
     return Forecast(now, time.perf_counter() - began, estimates, counts, len(starts), cut_short)
 
 
-def _attained(job: JobStatus, now: float) -> float:
+def attained(job: JobStatus, now: float) -> float:
     """The job's progress, in seconds at its solo speed, its current run included: live, the time it has held GPUs
     (:class:`~corral.live.controller.executor.LiveExecutor` counts it so); in a replay, its work done."""
     held = job.work_done_s
@@ -228,9 +228,9 @@ def _run(
             started[job_id] = (at, job.placement.gpus)
 
     for job in snapshot.jobs:
-        attained = _attained(job, now)
-        spec = dataclasses.replace(job.spec, duration_s=attained + remaining[job.spec.job_id].pick(scenario))
-        copy = dataclasses.replace(job, spec=spec, work_done_s=attained)
+        held = attained(job, now)
+        spec = dataclasses.replace(job.spec, duration_s=held + remaining[job.spec.job_id].pick(scenario))
+        copy = dataclasses.replace(job, spec=spec, work_done_s=held)
         restored = engine.restore(copy, now)
         if restored.phase is JobPhase.RUNNING:
             executor.launch(restored, now)

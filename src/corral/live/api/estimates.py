@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from corral.core.errors import CorralError
-from corral.core.job import JobClass, JobSpec
 from corral.live.api.app import Principal, Who
 from corral.live.api.models import (
     AccuracyOut,
@@ -174,17 +173,7 @@ def add_estimate_routes(
         which GPUs. The same checks as a submission; nothing is queued or stored."""
         request = request_from(body, who)
         controller.check(request)
-        spec = JobSpec(
-            job_id="test",
-            submit_s=0.0,
-            num_gpus=request.num_gpus,
-            tenant=request.tenant,
-            gpu_milli=request.gpu_milli,
-            job_class=JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED,
-            priority=request.priority,
-            gpu_mem_mib=request.gpu_mem_mib,
-        )
-        e = estimator.test_only(spec, request.expected_duration_s)
+        e = estimator.test_only(request)
         gpus = [gpu_order[g] if gpu_order is not None and 0 <= g < len(gpu_order) else g for g in e.gpus]
         return TestStartOut(
             start_s=e.start_s,

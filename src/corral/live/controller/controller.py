@@ -819,22 +819,12 @@ class Controller:
         """Check a request, commit it, and queue it for the loop. Raises a :class:`~corral.live.records.BadRequest`,
         changing nothing."""
         self._check(request)
-        job_class = JobClass.OPPORTUNISTIC if request.opportunistic else JobClass.GUARANTEED
         with self._submit_lock:
             seq = self.store.next_seq()  # the order of submission, kept inside; the id users see is opaque
             job_id = new_job_id()
             while self.store.has(job_id):
                 job_id = new_job_id()
-            spec = JobSpec(
-                job_id=job_id,
-                submit_s=self.clock.now(),
-                num_gpus=request.num_gpus,
-                tenant=request.tenant,
-                gpu_milli=request.gpu_milli,
-                job_class=job_class,
-                priority=request.priority,
-                gpu_mem_mib=request.gpu_mem_mib,
-            )
+            spec = request.spec(job_id, self.clock.now())
             status = JobStatus(spec=spec, queued_since_s=spec.submit_s)
             submitted = JobEvent(spec.submit_s, spec.job_id, "submitted", _describe(request))
             with self.store.transaction():

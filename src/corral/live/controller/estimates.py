@@ -34,10 +34,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobStatus
 
 if TYPE_CHECKING:
     from corral.live.controller.controller import Controller
+    from corral.live.records import JobRequest
     from corral.policies.framework.contract import BasePolicy
     from corral.sim.forecast import Estimate, Forecast, Snapshot
 
@@ -152,10 +153,10 @@ class Estimator:
             )
             return result
 
-    def test_only(self, spec: JobSpec, expected_s: float | None) -> Estimate:
-        """When and where a job like ``spec`` would start if it were submitted now (its id is ignored)."""
+    def test_only(self, request: JobRequest) -> Estimate:
+        """When and where a job of ``request`` would start if it were submitted now."""
         with self._run_lock:
-            snapshot = self._snapshot(extra=(spec, expected_s))
+            snapshot = self._snapshot(extra=request)
             result = self._forecast(snapshot)
         return result.estimates[TEST_JOB_ID]
 
@@ -173,9 +174,9 @@ class Estimator:
         future = self._pool.submit(forecast, snapshot, horizon_s=self.horizon_s, wall_limit_s=self.wall_limit_s)
         return future.result(timeout=3 * self.wall_limit_s + 60)  # three runs, and the worker's start
 
-    def _snapshot(self, extra: tuple[JobSpec, float | None] | None = None) -> Snapshot:
+    def _snapshot(self, extra: JobRequest | None = None) -> Snapshot:
         """The controller's state, copied on its loop thread; the finished jobs' durations from the store."""
-        from corral.sim.forecast import Snapshot
+        from corral.sim.forecast import Snapshot, attained
 
         history = tuple(self._c.store.finished_durations(HISTORY_JOBS))
         c = self._c
@@ -192,25 +193,13 @@ class Estimator:
                 left = c.seconds_left(job_id, now) if job.phase is JobPhase.RUNNING else None
                 request = c.request_of(job_id)
                 if left is not None:  # what the job measured beats what its user guessed
-                    held = job.work_done_s + max(0.0, now - (job.last_start_s or now))
-                    expected[job_id] = held + max(left, 1e-3)
+                    expected[job_id] = attained(job, now) + max(left, 1e-3)
                 elif request is not None and request.expected_duration_s is not None:
                     expected[job_id] = request.expected_duration_s
-            if extra is not None:
-                spec, expected_s = extra
-                test = JobSpec(
-                    job_id=TEST_JOB_ID,
-                    submit_s=now,
-                    num_gpus=spec.num_gpus,
-                    tenant=spec.tenant,
-                    gpu_milli=spec.gpu_milli,
-                    job_class=spec.job_class,
-                    priority=spec.priority,
-                    gpu_mem_mib=spec.gpu_mem_mib,
-                )
-                jobs.append(JobStatus(spec=test, phase=JobPhase.PENDING, queued_since_s=now))
-                if expected_s is not None:
-                    expected[TEST_JOB_ID] = expected_s
+            if extra is not None:  # a test-only job, submitted now
+                jobs.append(JobStatus(spec=extra.spec(TEST_JOB_ID, now), phase=JobPhase.PENDING, queued_since_s=now))
+                if extra.expected_duration_s is not None:
+                    expected[TEST_JOB_ID] = extra.expected_duration_s
             jobs.sort(key=lambda j: j.spec.submit_s)  # submission order, as the engine took them
             topo = c.topology
             down = tuple(topo.node_names[n] for n in sorted(c.state.down_nodes()))
