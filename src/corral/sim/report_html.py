@@ -272,7 +272,7 @@ def _queue(runs: Sequence[RunData], fig: Figure) -> None:
         if len(t):
             ax.plot(t / 3600.0, count, drawstyle="steps-post", label=_label(run.label))
     ax.set_xlabel("time (h)")
-    ax.set_ylabel("jobs waiting to start" + (" (first waits only)" if first_only else " (mean per bin)"))
+    ax.set_ylabel("jobs waiting to start (first waits only)" if first_only else "jobs waiting (mean per bin)")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     if ax.lines:  # a legend of nothing would warn
