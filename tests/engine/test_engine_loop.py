@@ -50,7 +50,7 @@ class Scripted(BasePolicy):
         later = [t for t in self.script if t > now_s]
         return Decision(tuple(actions), wake_at_s=min(later) if later else None)
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         self.changes.append((now_s, job.spec.job_id, job.phase))
 
     def on_timer(self, view: ClusterView, now_s: float) -> tuple[str, ...]:

@@ -285,7 +285,7 @@ class ScriptedPolicy(BasePolicy):
         self.heard.append(("round", now_s, tuple(sorted(view.down_nodes()))))
         return Decision(tuple(self.script.pop(now_s, [])))
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         self.heard.append(("changed", job.job_id, job.phase.value, now_s))
 
     def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:

@@ -377,10 +377,10 @@ def test_running_jobs_reported_before_the_first_round_are_taken_into_account() -
     for spec, gpus in ((job("a", gpus=2, tenant="A"), (8, 9)), (job("d", gpus=4, tenant="D"), (0, 1, 2, 3))):
         s.add(spec, 0.0)
         s.launch(spec.job_id, Placement(gpus), 0.0)
-        policy.on_job_changed(s.job(spec.job_id), 0.0)
+        policy.on_job_changed(s.job(spec.job_id), None, 0.0)
     s.add(job("a8", gpus=6, tenant="A"), 1.0)
     policy.admit(s, s.job("a8").spec)
-    policy.on_job_changed(s.job("a8"), 1.0)
+    policy.on_job_changed(s.job("a8"), None, 1.0)
     decision = policy.schedule(s, 1.0)
     # a8 goes to A's node (node 1, where a runs): 6 of its free GPUs, nobody preempted.
     assert [type(a).__name__ for a in decision.actions] == ["Launch"]

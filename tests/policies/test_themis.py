@@ -212,9 +212,9 @@ def test_without_durations_a_job_is_expected_to_run_as_long_again() -> None:
     policy = themis(lease_s=100, fairness_knob=1)
     a, b = job("a", duration=None), job("b", duration=None, submit=50)
     assert policy.admit(s, a) is None  # no duration is no reason to refuse a job
-    policy.on_job_changed(s.add(a, 0.0), 0.0)
-    policy.on_job_changed(s.launch("a", Placement((0,), 1000), 0.0), 0.0)
-    policy.on_job_changed(s.add(b, 50.0), 50.0)
+    policy.on_job_changed(s.add(a, 0.0), None, 0.0)
+    policy.on_job_changed(s.launch("a", Placement((0,), 1000), 0.0), None, 0.0)
+    policy.on_job_changed(s.add(b, 50.0), None, 50.0)
     decision = policy.schedule(s, 50.0)
     assert decision.actions == () and decision.wake_at_s == 100.0
     decision = policy.schedule(s, 100.0)

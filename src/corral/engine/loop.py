@@ -58,6 +58,7 @@ from corral.core.events import (
     TimerFired,
 )
 from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
 from corral.engine.event_queue import EventQueue
@@ -201,8 +202,8 @@ class Engine:
             self.on_change(job, now_s)
         return job
 
-    def _changed(self, job: JobStatus, now: float) -> None:
-        self.policy.on_job_changed(job, now)
+    def _changed(self, job: JobStatus, before: Placement | None, now: float) -> None:
+        self.policy.on_job_changed(job, before, now)
         if self.on_change is not None:
             self.on_change(job, now)
 
@@ -252,15 +253,16 @@ class Engine:
             job = self.state.job(event.job_id)
             if event.after_stop and job.phase is JobPhase.PENDING and job.run_epoch == event.run_epoch:
                 self.state.finish_preempted(event.job_id, now)
-                self._changed(job, now)
+                self._changed(job, None, now)
                 return True
             if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
                 return False  # stale: the job was preempted after this completion was predicted
             if not self.executor.is_current(event):
                 return False  # stale: re-predicted since (its speed changed while it ran)
+            before = job.placement
             self.state.finish(event.job_id, now)
             self.executor.finished(job, now)
-            self._changed(job, now)
+            self._changed(job, before, now)
             return True
         # Checked most frequent first (a replay has one submission, one demand change and one finish per job).
         if type(event) is JobSubmitted:
@@ -271,7 +273,7 @@ class Engine:
             self._next_arrival(spec)
             job = self.state.add(spec, now)
             reason = self.policy.admit(self.state, spec)
-            self._changed(job, now)
+            self._changed(job, None, now)
             if reason is not None:
                 self._apply(Reject(spec.job_id, reason), now)
                 return False
@@ -294,26 +296,28 @@ class Engine:
                 and job.run_epoch == event.run_epoch
             ):
                 self.state.fail_preempted(event.job_id, now, event.reason)
-                self._changed(job, now)
+                self._changed(job, None, now)
                 return True
             if job.phase is not JobPhase.RUNNING or job.run_epoch != event.run_epoch:
                 return False  # stale: the run was already preempted, cancelled or replaced
+            before = job.placement
             if type(event) is JobFailed:
                 self.state.fail(event.job_id, now, event.reason)
                 self.executor.finished(job, now)
             else:
                 work = self.executor.preempt(job, now)  # what the run achieved; its process is already gone
                 self.state.preempt(event.job_id, now, work)
-            self._changed(job, now)
+            self._changed(job, before, now)
             return True
         if type(event) is JobCancelled:
             job = self.state.job(event.job_id)
             if job.phase.is_terminal:
                 return False
+            before = job.placement
             if job.phase is JobPhase.RUNNING:
                 self.executor.cancel(job, now)
             self.state.cancel(event.job_id, now, event.reason)
-            self._changed(job, now)
+            self._changed(job, before, now)
             return True
         if type(event) is TelemetryReported:
             job = self.state.job(event.job_id)
@@ -347,11 +351,12 @@ class Engine:
         requeued: list[str] = []
         for job in state.jobs_on_node(node):
             job_id = job.spec.job_id
+            before = job.placement
             # The run is gone on this node: the executor stops the rest of the gang and says where it restarts from.
             work = lost.run_lost(job, now, event.node) if lost is not None else executor.preempt(job, now)
             state.requeue_lost(job_id, now, work)
             requeued.append(job_id)
-            self._changed(job, now)
+            self._changed(job, before, now)
         for job in state.suspended_on_node(node):
             work = lost.suspended_lost(job, now, event.node) if lost is not None else job.work_done_s
             state.forget_suspended(job.spec.job_id, work)
@@ -387,6 +392,7 @@ class Engine:
 
     def _apply(self, action: Action, now: float) -> None:
         state, executor = self.state, self.executor
+        before: Placement | None = None  # the placement the job held before the action
         if type(action) is Launch:
             job = state.launch(action.job_id, action.placement, now)
             executor.launch(job, now)
@@ -394,6 +400,7 @@ class Engine:
             job = state.job(action.job_id)
             if job.phase is not JobPhase.RUNNING:
                 raise InvariantViolation(f"cannot preempt job {action.job_id!r}: it is {job.phase.value}")
+            before = job.placement
             work = executor.preempt(job, now, suspend=action.suspend)
             state.preempt(action.job_id, now, work, suspend=action.suspend, downgrade=action.downgrade)
         elif type(action) is Resize:
@@ -415,6 +422,7 @@ class Engine:
                     )
             had = state.set_batch_size(action.job_id, action.batch_size)
             job = state.job(action.job_id)
+            before = job.placement  # unchanged
             if job.phase is JobPhase.RUNNING and had != job.batch_size:
                 assert batch_executor is not None
                 batch_executor.batch_size_changed(job, now, had)
@@ -424,4 +432,4 @@ class Engine:
             raise InvariantViolation(f"unknown action {action!r}")
         if self.decision_log is not None:
             self.decision_log.append(LoggedAction(now, action))
-        self._changed(job, now)
+        self._changed(job, before, now)

@@ -29,6 +29,7 @@ from sortedcontainers import SortedList
 from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.options import option
+from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
 from corral.policies.framework.placement import PlacementStrategy, place
 from corral.policies.framework.placement.fgd import FragmentationScorer
@@ -130,7 +131,7 @@ class QueuePolicy(BasePolicy):
         assert isinstance(self.config, QueueConfig)
         self.scorer = fgd_scorer(self.config.placement)
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         observe_submission(self.scorer, job)
 
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
@@ -228,7 +229,7 @@ class SrtfPolicy(BasePolicy):
     def admit(self, view: ClusterView, spec: JobSpec) -> str | None:
         return _oracle_reason(view, spec, self.name)
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         observe_submission(self.scorer, job)
         job_id = job.spec.job_id
         old = self._entry.pop(job_id, None)

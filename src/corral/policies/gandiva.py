@@ -269,7 +269,7 @@ class GandivaPolicy(BasePolicy):
         self._bind(view)
         return super().admit(view, spec)
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         spec = job.spec
         job_id = spec.job_id
         self._forget_running(job_id)
@@ -317,7 +317,7 @@ class GandivaPolicy(BasePolicy):
                 if other != job_id and other in self._partner and self._partner[other] is None:
                     self._planned[job_id] = other
                     break
-        self.on_job_changed(job, now_s)
+        self.on_job_changed(job, None, now_s)
 
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         cfg = self.config

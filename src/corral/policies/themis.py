@@ -210,7 +210,7 @@ class ThemisPolicy(BasePolicy):
         self._start_of: dict[str, float] = {}
 
     # -- bookkeeping --------------------------------------------------------------------------------------
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         job_id = job.spec.job_id
         phase = job.phase
         if phase is JobPhase.PENDING or phase is JobPhase.RUNNING:

@@ -80,6 +80,7 @@ from corral.core.decisions import Action, Decision, Launch, Preempt
 from corral.core.errors import ConfigError, InputError
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.options import option
+from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
 from corral.policies.framework.placement import PlacementStrategy, place
 from corral.policies.framework.planner import Planner
@@ -401,7 +402,7 @@ class TiresiasPolicy(BasePolicy):
             self._running.remove(old)
             self._queue_gpus[old[0]] -= job.spec.num_gpus
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         job_id = job.spec.job_id
         phase = job.phase
         if phase is JobPhase.RUNNING:
@@ -434,7 +435,7 @@ class TiresiasPolicy(BasePolicy):
             self._enter(job_id, self._queue_for(self._queue_attained(job, now_s)))
             self._run_next += 1
             self._run_pos[job_id] = self._run_next
-        self.on_job_changed(job, now_s)
+        self.on_job_changed(job, None, now_s)
 
     def _learn(self, gpu_s: float) -> None:
         self._learned.append(gpu_s)

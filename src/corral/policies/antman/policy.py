@@ -434,7 +434,7 @@ class AntManPolicy(BasePolicy):
         for n in nodes:
             self._dirty.update(dict.fromkeys(topo.node_gpus(n)))
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         spec = job.spec
         job_id = spec.job_id
         old = self._placed.pop(job_id, None)

@@ -6,8 +6,11 @@ neutral defaults, in the spirit of the Kubernetes scheduling framework:
 - ``queue_key(job)``: the order of the pending queue (the engine keeps the queue sorted by it; it is evaluated
   when a job enters the queue, on submission or after a preemption);
 - ``admit(view, spec)``: ``None`` if the job could ever run here, else the reason it never can;
-- ``on_job_changed(job, now_s)``: told after every phase change (launch, preemption, finish), for policies
-  that keep their own indexes (SRTF's running jobs by remaining time, Tiresias' attained service);
+- ``on_job_changed(job, before, now_s)``: told after every change the engine made to a job (submission, launch,
+  preemption, resize, upgrade, batch size, finish), with ``before`` the placement the job held just before it
+  (``None`` when it held none: a submission or a launch), so a policy that keeps its own indexes (SRTF's running
+  jobs by remaining time, Tiresias' attained service, the GPUs each job ran on) reads where the job was from the
+  change itself instead of keeping a shadow copy of every placement;
 - ``on_timer(view, now_s)``: called when a wake-up the policy asked for (``Decision.wake_at_s``) comes due, before
   that instant's round. It returns the pending jobs whose ``queue_key`` it changed (Tiresias' promotion of a
   starving job), and the engine files them again under their new key; the default changes nothing;
@@ -51,6 +54,7 @@ from typing import Any, ClassVar
 
 from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
+from corral.core.placement import Placement
 from corral.core.wording import gpus
 from corral.policies.framework.view import ClusterView
 
@@ -90,11 +94,11 @@ class BasePolicy:
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         raise NotImplementedError
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         return None
 
     def on_job_restored(self, view: ClusterView, job: JobView, now_s: float) -> None:
-        self.on_job_changed(job, now_s)
+        self.on_job_changed(job, None, now_s)
 
     def on_timer(self, view: ClusterView, now_s: float) -> Collection[str]:
         return ()

@@ -303,7 +303,7 @@ class HivedPolicy(BasePolicy):
             for c in indexed:
                 av.add(c, tree.size[c])
         for job in self._deferred:
-            self.on_job_changed(job, 0.0)
+            self.on_job_changed(job, None, 0.0)
         self._deferred = []
         for node in view.down_nodes():
             self._set_down(node, +1)
@@ -720,7 +720,7 @@ class HivedPolicy(BasePolicy):
         high = self._is_high(job)
         (self._hi_q if high else self._lo_q).add(job_id, self._key(job, high), order)
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         if self.tree is None:  # restored before this policy saw the cluster: taken into account at the first look
             if job.phase in (JobPhase.RUNNING, JobPhase.PENDING):
                 self._deferred.append(job)

@@ -304,7 +304,7 @@ class IADeepPolicy(BasePolicy):
         for n in nodes:
             self._changed.update(dict.fromkeys(topo.node_gpus(n)))
 
-    def on_job_changed(self, job: JobView, now_s: float) -> None:
+    def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         spec = job.spec
         job_id = spec.job_id
         if job.phase is not JobPhase.PENDING or job.preemptions:
