@@ -19,11 +19,26 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
 from corral.policies.framework.view import ClusterView
+
+
+class PlannerCheckpoint(NamedTuple):
+    """A copy of a :class:`Planner`'s changed entries and their indexes (see :meth:`Planner.checkpoint`)."""
+
+    gpu_milli: dict[int, int]
+    gpu_mem: dict[int, int]
+    node_free: dict[int, int]
+    type_free: dict[int, int]
+    tenant: dict[str, int]
+    by_count: dict[tuple[int, int], list[int]]
+    any_changed: dict[int, list[int]] | None
+    partial: dict[int, list[tuple[int, int]]]
+    num_partial: int
+    base_nodes: dict[tuple[int, int], list[Any]]
 
 
 class Planner:
@@ -201,6 +216,41 @@ class Planner:
             return True
         used = self.tenant_guaranteed_milli(spec.tenant)
         return used + spec.gpu_demand_milli <= tenant.quota_gpus * FULL_GPU_MILLI
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def checkpoint(self) -> PlannerCheckpoint:
+        """Everything planned so far, to come back to with :meth:`rollback` (see
+        :meth:`corral.policies.framework.round.Round.checkpoint`). A copy of the changed entries and their indexes:
+        it costs what the round has changed, not the cluster's size."""
+        return PlannerCheckpoint(
+            dict(self._gpu_milli),
+            dict(self._gpu_mem),
+            dict(self._node_free),
+            dict(self._type_free),
+            dict(self._tenant),
+            {key: list(nodes) for key, nodes in self._by_count.items()},
+            None if self._any_changed is None else {t: list(nodes) for t, nodes in self._any_changed.items()},
+            {t: list(entries) for t, entries in self._partial.items()},
+            self._num_partial,
+            {key: [cached[0], cached[1]] for key, cached in self._base_nodes.items()},
+        )
+
+    def rollback(self, cp: PlannerCheckpoint) -> None:
+        """Forget everything planned since ``cp`` was taken: the planner is as it was then, its query order
+        included (a node changed since then and changed back is the view's again, not a changed one). ``cp`` may be
+        rolled back to again."""
+        self._gpu_milli = dict(cp.gpu_milli)
+        self._gpu_mem = dict(cp.gpu_mem)
+        self._node_free = dict(cp.node_free)
+        self._type_free = dict(cp.type_free)
+        self._tenant = dict(cp.tenant)
+        self._by_count = {key: list(nodes) for key, nodes in cp.by_count.items()}
+        self._any_changed = None if cp.any_changed is None else {t: list(n) for t, n in cp.any_changed.items()}
+        self._partial = {t: list(entries) for t, entries in cp.partial.items()}
+        self._num_partial = cp.num_partial
+        # A cached bucket's skipped prefix only grows, and the view does not change within a round: the prefix as it
+        # was at the checkpoint is right again (the lists themselves are the view's, shared).
+        self._base_nodes = {key: [cached[0], cached[1]] for key, cached in cp.base_nodes.items()}
 
     # -- tentative changes ------------------------------------------------------------------------------------
     def take(self, spec: JobSpec, gpus: list[int], *, mem_mib: int | None = None) -> Placement:

@@ -1,4 +1,6 @@
-"""Walking the pending queue in order while skipping, wholesale, every job that cannot fit this round.
+"""Pending queues for policies: walking the engine's queue in order while skipping, wholesale, every job that cannot
+fit this round (:class:`PendingWalk`, :class:`StrictBlocks`), and queues a policy keeps by a key of its own
+(:class:`KeyedQueue`: per tenant, per class, per virtual cluster).
 
 Whether a job fits depends on its :class:`~corral.policies.framework.view.PendingShape` (size, share, GPU types,
 memory, and its tenant when the tenant has a quota), not on which job it is: every placement strategy finds GPUs
@@ -11,8 +13,10 @@ a backfilling scheduler fast when thousands of jobs wait.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Hashable, ItemsView, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+from sortedcontainers import SortedList
 
 from corral.core.job import JobView
 from corral.policies.framework.view import ClusterView, PendingEntry, PendingShape
@@ -102,3 +106,71 @@ class StrictBlocks:
         key = (shape.gpu_types, shape.gpu_mem_mib, self._span(shape, types))
         old = self._min_size.get(key)
         self._min_size[key] = shape.size if old is None else min(old, shape.size)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class KeyedQueue(Generic[K]):
+    """Pending jobs filed under a key of the policy's choosing (a tenant, a job class, a virtual cluster, a shape),
+    each key's jobs in the order of their entries.
+
+    An entry is a tuple that sorts in the policy's queue order and ends with the job's id (``(submit_s, seq,
+    job_id)``); the policy keeps the key and entry a job was filed under, so it adds and removes a job in
+    O(log n) without searching. Keys with no job left are dropped, so ``groups`` lists only keys with jobs."""
+
+    __slots__ = ("entry", "groups")
+
+    def __init__(self) -> None:
+        self.groups: dict[K, SortedList] = {}  # key -> entries, sorted
+        self.entry: dict[str, tuple[K, tuple[Any, ...]]] = {}  # job -> (its key, its entry)
+
+    def __len__(self) -> int:
+        return len(self.entry)
+
+    def __bool__(self) -> bool:
+        return bool(self.entry)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.entry
+
+    def add(self, key: K, entry: tuple[Any, ...]) -> None:
+        """File the job ``entry[-1]`` under ``key`` (it must not be filed already)."""
+        job_id = entry[-1]
+        if job_id in self.entry:
+            raise ValueError(f"job {job_id!r} is queued already (under {self.entry[job_id][0]!r})")
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = SortedList()
+        group.add(entry)
+        self.entry[job_id] = (key, entry)
+
+    def remove(self, job_id: str) -> K | None:
+        """Take ``job_id`` out of its queue; returns the key it was under (``None`` if it was queued nowhere)."""
+        got = self.entry.pop(job_id, None)
+        if got is None:
+            return None
+        key, entry = got
+        group = self.groups[key]
+        group.remove(entry)
+        if not group:
+            del self.groups[key]
+        return key
+
+    def key_of(self, job_id: str) -> K | None:
+        got = self.entry.get(job_id)
+        return None if got is None else got[0]
+
+    def get(self, key: K) -> Sequence[tuple[Any, ...]]:
+        """The entries under ``key``, in order (empty if none)."""
+        got: Sequence[tuple[Any, ...]] = self.groups.get(key, ())
+        return got
+
+    def items(self) -> ItemsView[K, SortedList]:
+        return self.groups.items()
+
+    def merged(self, keys: Iterable[K] | None = None) -> Iterator[tuple[Any, ...]]:
+        """The entries under ``keys`` (default: every key) merged into one queue order."""
+        groups = self.groups
+        chosen = groups.values() if keys is None else [groups[k] for k in keys if k in groups]
+        return heapq.merge(*chosen)
