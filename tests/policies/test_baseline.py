@@ -19,7 +19,7 @@ from corral.engine.state import ClusterState
 from corral.policies.baseline import FifoConfig, FifoPolicy, SjfPolicy, SrtfConfig, SrtfPolicy, fill
 from corral.policies.framework.contract import BasePolicy
 from corral.policies.framework.placement import PlacementStrategy
-from corral.policies.framework.planner import Planner
+from corral.policies.framework.round import Round
 from corral.policies.registry import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel
@@ -452,5 +452,6 @@ def test_strict_backfilling_lets_a_larger_job_that_needs_more_nodes_start() -> N
     occupy(s, [0, 8])
     for spec in (job("eight", gpus=8, submit=0), job("nine", gpus=9, submit=1), job("ten", gpus=15, submit=2)):
         s.add(spec, 5.0)
-    launches = fill(s, Planner(s), PlacementStrategy.STRICT, backfill=True)
-    assert [a.job_id for a in launches] == ["nine"]
+    rnd = Round(s, 5.0)
+    fill(rnd, PlacementStrategy.STRICT, backfill=True)
+    assert [a.job_id for a in rnd.actions] == ["nine"]

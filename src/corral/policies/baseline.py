@@ -20,23 +20,22 @@ workload seen so far (Weng et al., ATC'23).
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from sortedcontainers import SortedList
 
-from corral.core.decisions import Action, Decision, Launch, Preempt
+from corral.core.decisions import Decision, Preempt
 from corral.core.job import JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
 from corral.policies.framework.placement import PlacementStrategy, place
 from corral.policies.framework.placement.fgd import FragmentationScorer
-from corral.policies.framework.planner import Planner
 from corral.policies.framework.preemption import Victims, place_on_free
 from corral.policies.framework.queues import PendingWalk, StrictBlocks
 from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 
 PLACEMENT_HELP = (
@@ -46,29 +45,28 @@ PLACEMENT_HELP = (
 
 
 def fill(
-    view: ClusterView,
-    planner: Planner,
+    rnd: Round,
     strategy: PlacementStrategy,
     *,
     backfill: bool,
     scorer: FragmentationScorer | None = None,
-    skip: Collection[str] = (),
-    waiting: dict[str, str] | None = None,
-) -> list[Action]:
-    """Walk the pending queue in order and launch every job that fits, stopping at the first that does not
-    unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
+    explain: bool = True,
+) -> None:
+    """Walk the pending queue in order and launch (in ``rnd``) every job that fits, stopping at the first that does
+    not unless ``backfill``. With backfilling, a job that does not fit prunes every pending job that cannot fit
     either (see :mod:`corral.policies.framework.queues`), and the walk ends as soon as nothing at all is free.
-    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.framework.placement.place`); ``skip``: jobs the round
-    has placed already (the view still lists them as waiting). ``waiting`` gets the reason of each job the walk
-    examined and left waiting (see :mod:`corral.policies.framework.reasons`).
+    ``scorer`` is for ``strategy`` fgd (see :func:`corral.policies.framework.placement.place`). Jobs the round has
+    acted on already are passed over (the view still lists them as waiting). With ``explain``, each job the walk
+    examined and left waiting gets its reason (see :mod:`corral.policies.framework.reasons`); a second walk in a
+    round leaves the first's reasons alone.
     """
-    why: dict[str, str] = {} if waiting is None else waiting
-    launches: list[Action] = []
+    view, planner, busy = rnd.view, rnd.planner, rnd.busy
+    why: dict[str, str] = rnd.waiting if explain else {}
     walk = PendingWalk(view)
     strict = StrictBlocks(view) if strategy is PlacementStrategy.STRICT else None
     for shape, job in walk:
         spec = job.spec
-        if spec.job_id in skip:
+        if spec.job_id in busy:
             continue
         types = allowed_types(view, spec)
         if planner.total_free() == 0 and (shape.whole or not planner.has_partial()):
@@ -88,7 +86,7 @@ def fill(
                 continue
             placement = place(planner, spec, strategy, types, scorer)
             if placement is not None:
-                launches.append(Launch(spec.job_id, placement))
+                rnd.launch(spec.job_id, placement)
                 continue
             why[spec.job_id] = fit_reason(planner, spec, types, strategy)
             if strict is not None and shape.whole and any(planner.type_free(t) >= spec.num_gpus for t in types):
@@ -97,7 +95,6 @@ def fill(
                 walk.block(shape)
         if not backfill:
             break
-    return launches
 
 
 def fgd_scorer(strategy: PlacementStrategy) -> FragmentationScorer | None:
@@ -139,9 +136,9 @@ class QueuePolicy(BasePolicy):
         assert isinstance(cfg, QueueConfig)
         if not view.num_pending:
             return Decision.NOTHING
-        waiting: dict[str, str] = {}
-        launches = fill(view, Planner(view), cfg.placement, backfill=cfg.backfill, scorer=self.scorer, waiting=waiting)
-        return Decision(tuple(launches), waiting=waiting)
+        rnd = Round(view, now_s)
+        fill(rnd, cfg.placement, backfill=cfg.backfill, scorer=self.scorer)
+        return rnd.decision()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,47 +242,37 @@ class SrtfPolicy(BasePolicy):
         assert isinstance(cfg, SrtfConfig)
         if not view.num_pending:
             return Decision.NOTHING
-        planner = Planner(view)
-        waiting: dict[str, str] = {}
-        actions = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer, waiting=waiting)
-        if cfg.preempt and self._by_end and len(actions) < view.num_pending:
-            launched = {a.job_id for a in actions}
+        rnd = Round(view, now_s)
+        fill(rnd, cfg.placement, backfill=cfg.backfill, scorer=self.scorer)
+        if cfg.preempt and self._by_end and len(rnd.actions) < view.num_pending:
+            first = len(rnd.actions)
             # Placing by preemption (preemption.Victims.place) takes no scorer: under fgd it places without
             # workload knowledge, which is best fit (see placement.place).
-            preempting = self._preemptions(view, planner, launched, now_s, cfg.placement)
-            if preempting:
+            self._preemptions(rnd, cfg.placement)
+            if len(rnd.actions) > first:
                 # A victim frees all its GPUs, and its job may not take them all: the rest goes to a waiting job
                 # that fits (the first fill passed it over when they were taken). A round ends work-conserving.
-                actions += preempting
-                launched.update(a.job_id for a in preempting if isinstance(a, Launch))
-                for job_id in launched:
-                    waiting.pop(job_id, None)
-                more = fill(view, planner, cfg.placement, backfill=cfg.backfill, scorer=self.scorer, skip=launched)
-                for action in more:
-                    waiting.pop(action.job_id, None)
-                actions += more
+                fill(rnd, cfg.placement, backfill=cfg.backfill, scorer=self.scorer, explain=False)
                 # A victim that fits on what is still free moves there at once (a migration) rather than waiting
                 # beside idle GPUs for the next round; the shortest first.
-                stopped = [view.job(a.job_id) for a in preempting if isinstance(a, Preempt)]
+                stopped = [view.job(a.job_id) for a in rnd.actions[first:] if isinstance(a, Preempt)]
                 stopped.sort(key=lambda job: (_remaining(job), job.spec.submit_s))
                 for job in stopped:
-                    placement = place_on_free(view, planner, job.spec, cfg.placement)
+                    placement = place_on_free(view, rnd.planner, job.spec, cfg.placement)
                     if placement is not None:
-                        actions.append(Launch(job.spec.job_id, placement))
-        return Decision(tuple(actions), waiting=waiting)
+                        rnd.launch(job.spec.job_id, placement)
+        return rnd.decision()
 
-    def _preemptions(
-        self, view: ClusterView, planner: Planner, launched: set[str], now_s: float, strategy: PlacementStrategy
-    ) -> list[Action]:
+    def _preemptions(self, rnd: Round, strategy: PlacementStrategy) -> None:
         """For each waiting job, shortest first: free GPUs by preempting the running jobs with the most remaining
         time (only those with strictly more than the waiting job), until it fits."""
-        actions: list[Action] = []
+        view, planner, now_s = rnd.view, rnd.planner, rnd.now_s
         # Running jobs latest nominal end first: a waiting job may preempt those ending after it would.
         victims = Victims(view, ((end, job_id) for end, job_id in reversed(self._by_end)))
         longest = self._by_end[-1][0] - now_s
         walk = PendingWalk(view)
         for shape, job in walk:
-            if job.spec.job_id in launched:
+            if job.spec.job_id in rnd.busy:
                 continue
             remaining = _remaining(job)
             if remaining >= longest:
@@ -301,7 +288,6 @@ class SrtfPolicy(BasePolicy):
                 walk.block(shape, quota=over_quota)
                 continue
             placement, preempted = found
-            for victim in preempted:
-                actions.append(Preempt(victim.spec.job_id, f"srtf: {spec.job_id} has less remaining time"))
-            actions.append(Launch(spec.job_id, placement))
-        return actions
+            for victim in preempted:  # released in the planner by Victims.place
+                rnd.preempt(victim, f"srtf: {spec.job_id} has less remaining time", release=False)
+            rnd.launch(spec.job_id, placement)

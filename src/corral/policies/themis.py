@@ -66,16 +66,16 @@ from enum import StrEnum
 
 import numpy as np
 
-from corral.core.decisions import Action, Decision, Launch, Preempt
+from corral.core.decisions import Decision, Launch, Preempt
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
 from corral.policies.framework.placement import PlacementStrategy, place
-from corral.policies.framework.planner import Planner
 from corral.policies.framework.preemption import place_on_free
 from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 
 # Times within this many seconds are the same instant (lease rounds are multiples of lease_s in floating point).
@@ -304,21 +304,23 @@ class ThemisPolicy(BasePolicy):
         if not view.num_pending:
             return Decision.NOTHING
         cfg = self.cfg
-        planner = Planner(view)
+        rnd = Round(view, now_s)
+        planner = rnd.planner
         lease = cfg.lease_s
         lease_round = (
             abs(now_s - round(now_s / lease) * lease) <= _EPS_S and self._oldest_start() <= now_s - lease + _EPS_S
         )
         if not lease_round:
             if planner.total_free() == 0 and not planner.has_partial():
-                return self._decision(view, [], now_s)  # nothing free, and no lease ends now
+                return self._decision(rnd)  # nothing free, and no lease ends now
             if view.num_pending == 1:
                 spec = next(view.pending()).spec
-                launch = self._try_free(view, planner, spec)  # nothing to rank
-                if launch is not None:
-                    return self._decision(view, [launch], now_s)
-                why = blocked_reason(planner, spec, allowed_types(view, spec), cfg.placement)
-                return self._decision(view, [], now_s, {spec.job_id: why})
+                placement = self._try_free(rnd, spec)  # nothing to rank
+                if placement is not None:
+                    rnd.launch(spec.job_id, placement)
+                else:
+                    rnd.wait(spec.job_id, blocked_reason(planner, spec, allowed_types(view, spec), cfg.placement))
+                return self._decision(rnd)
 
         rows = self._active.rows[: self._active.n]
         # G is the cluster's GPUs that are up: while nodes are down, an equal share is of what is left (§3.2's 1/N
@@ -332,8 +334,8 @@ class ThemisPolicy(BasePolicy):
             # than everything free cannot start: leave it out before ranking.
             fits = (rows[pending, _WHOLE] == 0.0) | (rows[pending, _GPUS] <= capacity)
             order = self._in_rank_order(est, rows, pending[fits], tenant_pos)
-            waiting: dict[str, str] = {}
-            return self._decision(view, self._allocate(view, planner, order, {}, 0, waiting), now_s, waiting)
+            self._allocate(rnd, order, {}, 0)
+            return self._decision(rnd)
 
         expired = np.flatnonzero(est.running & (rows[:, _START] <= now_s - lease + _EPS_S))
         contenders = np.concatenate((pending, expired))
@@ -350,26 +352,17 @@ class ThemisPolicy(BasePolicy):
         ranked = ranked[fits]
         positions = np.flatnonzero(est.running[ranked])
         running = dict(zip(positions.tolist(), ranked[positions].tolist(), strict=True))
-        waiting = {}
-        actions = self._allocate(view, planner, _lazy(ranked), running, bidders, waiting)
-        return self._decision(view, actions, now_s, waiting)
+        self._allocate(rnd, _lazy(ranked), running, bidders)
+        return self._decision(rnd)
 
-    def _allocate(
-        self,
-        view: ClusterView,
-        planner: Planner,
-        order: Iterator[int],
-        running: dict[int, int],
-        bidders: int,
-        waiting: dict[str, str],
-    ) -> list[Action]:
+    def _allocate(self, rnd: Round, order: Iterator[int], running: dict[int, int], bidders: int) -> None:
         """Walk the contenders' rows in ``order``; ``running`` maps the positions of running contenders (whose
         lease ended) to their rows. The first ``bidders`` may preempt running contenders that come after them
         (the last first); the rest take only what is free. A running contender that nobody displaced keeps its
-        GPUs: its lease is renewed where it is. ``waiting`` gets why each job examined and not placed waits."""
+        GPUs: its lease is renewed where it is. Each job examined and not placed gets the reason it waits."""
+        view, planner = rnd.view, rnd.planner
         ids = self._active.ids
         strategy = self.cfg.placement
-        actions: list[Action] = []
         victims = sorted(running)  # positions, ascending; used from the end
         taken: set[int] = set()
         blocked = _Blocked(view)
@@ -386,42 +379,40 @@ class ThemisPolicy(BasePolicy):
                 continue
             types = allowed_types(view, spec)
             if not planner.quota_allows(spec):
-                waiting[spec.job_id] = quota_reason(planner, spec)
+                rnd.wait(spec.job_id, quota_reason(planner, spec))
                 blocked.add(spec, quota=True)
                 continue
             placement = None
             if spec.gpu_milli < FULL_GPU_MILLI or any(planner.type_free(t) >= spec.num_gpus for t in types):
                 placement = place(planner, spec, strategy, types)
             if placement is None and can_preempt:
-                placement = self._displace(view, planner, spec, types, running, pos, victims, taken, actions)
+                placement = self._displace(rnd, spec, types, running, pos, victims, taken)
             if placement is None:
-                waiting[spec.job_id] = fit_reason(planner, spec, types, strategy)
+                rnd.wait(spec.job_id, fit_reason(planner, spec, types, strategy))
                 blocked.add(spec)
                 continue
-            actions.append(Launch(spec.job_id, placement))
+            rnd.launch(spec.job_id, placement)
         # A contender displaced from GPUs its winner needed moves to what is still free at once (a migration)
         # rather than waiting beside idle GPUs for the next lease round.
-        for victim_id in [a.job_id for a in actions if type(a) is Preempt]:
+        for victim_id in [a.job_id for a in rnd.actions if type(a) is Preempt]:
             moved = place_on_free(view, planner, view.job(victim_id).spec, strategy)
             if moved is not None:
-                actions.append(Launch(victim_id, moved))
-        return actions
+                rnd.launch(victim_id, moved)
 
     def _displace(
         self,
-        view: ClusterView,
-        planner: Planner,
+        rnd: Round,
         spec: JobSpec,
         types: tuple[int, ...],
         running: dict[int, int],
         pos: int,
         victims: list[int],
         taken: set[int],
-        actions: list[Action],
     ) -> Placement | None:
         """Free GPUs for ``spec`` by releasing the running contenders after position ``pos``, from the last, until
-        it fits; preempt those whose GPUs it uses (appended to ``actions``). ``None``, and nothing changed, if
-        even all of them are not enough."""
+        it fits; preempt (in ``rnd``) those whose GPUs it uses. ``None``, and nothing changed, if even all of them
+        are not enough."""
+        view, planner = rnd.view, rnd.planner
         ids = self._active.ids
         whole = spec.gpu_milli == FULL_GPU_MILLI
         freed: list[tuple[int, JobView]] = []
@@ -446,17 +437,13 @@ class ThemisPolicy(BasePolicy):
                 planner.take(victim.spec, list(victim.placement.gpus))  # freed for nothing: it keeps running
             else:
                 taken.add(vpos)
-                actions.append(Preempt(victim.spec.job_id, f"themis: lease ended; {spec.job_id} won it"))
+                rnd.preempt(victim, f"themis: lease ended; {spec.job_id} won it", release=False)
         return placement
 
-    def _try_free(self, view: ClusterView, planner: Planner, spec: JobSpec) -> Launch | None:
-        if not planner.quota_allows(spec):
+    def _try_free(self, rnd: Round, spec: JobSpec) -> Placement | None:
+        if rnd.fits(spec, self.cfg.placement) is not None:
             return None
-        types = allowed_types(view, spec)
-        if spec.gpu_milli == FULL_GPU_MILLI and not any(planner.type_free(t) >= spec.num_gpus for t in types):
-            return None
-        placement = place(planner, spec, self.cfg.placement, types)
-        return None if placement is None else Launch(spec.job_id, placement)
+        return rnd.place(spec, self.cfg.placement)
 
     # -- leases -------------------------------------------------------------------------------------------
     def _oldest_start(self) -> float:
@@ -470,24 +457,22 @@ class ThemisPolicy(BasePolicy):
             launches.popleft()
         return math.inf
 
-    def _decision(
-        self, view: ClusterView, actions: list[Action], now_s: float, waiting: dict[str, str] | None = None
-    ) -> Decision:
-        """``actions``, with a wake-up for the next lease round if a job will still be waiting then."""
+    def _decision(self, rnd: Round) -> Decision:
+        """The round's decision, with a wake-up for the next lease round if a job will still be waiting then."""
+        actions, now_s = rnd.actions, rnd.now_s
         launched = sum(1 for a in actions if type(a) is Launch)
         preempted = len(actions) - launched
-        why = waiting if waiting is not None else {}
-        if view.num_pending - launched + preempted <= 0:
-            return Decision(tuple(actions), waiting=why) if actions or why else Decision.NOTHING
+        if rnd.view.num_pending - launched + preempted <= 0:
+            return rnd.decision()
         lease = self.cfg.lease_s
         oldest = self._oldest_start()
         if launched:
             oldest = min(oldest, now_s)
         if math.isinf(oldest):
-            return Decision(tuple(actions), waiting=why) if actions or why else Decision.NOTHING
+            return rnd.decision()
         next_round = (math.floor(now_s / lease + 1e-9) + 1) * lease
         expiry = math.ceil((oldest + lease) / lease - 1e-9) * lease
-        return Decision(tuple(actions), wake_at_s=max(next_round, expiry), waiting=why)
+        return rnd.decision(max(next_round, expiry))
 
 
 def _lazy(rows: np.ndarray) -> Iterator[int]:

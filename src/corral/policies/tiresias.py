@@ -83,10 +83,10 @@ from corral.core.options import option
 from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
 from corral.policies.framework.placement import PlacementStrategy, place
-from corral.policies.framework.planner import Planner
 from corral.policies.framework.preemption import Victims, place_on_free
 from corral.policies.framework.queues import PendingWalk, StrictBlocks
 from corral.policies.framework.reasons import blocked_reason, fit_reason
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 from corral.workloads.data import data_file
 from corral.workloads.models import traits
@@ -489,25 +489,21 @@ class TiresiasPolicy(BasePolicy):
         if not view.num_pending:
             self._settle_demoted()
             return Decision((), wake_at_s=wake)
-        planner = Planner(view)
-        waiting: dict[str, str] = {}
-        actions = self._walk(view, planner, now_s, waiting)
-        if len(actions) > sum(isinstance(a, Launch) for a in actions):
+        rnd = Round(view, now_s)
+        self._walk(rnd)
+        actions = rnd.actions
+        stopped = [view.job(a.job_id) for a in actions if isinstance(a, Preempt)]
+        if stopped:
             # A preemption frees whole jobs: what its job did not take goes to a waiting job that fits, the walk
             # having passed some of them already. A round ends work-conserving.
-            launched = {a.job_id for a in actions if isinstance(a, Launch)}
-            more = self._walk(view, planner, now_s, {}, launched, preempt=False)
-            for action in more:
-                waiting.pop(action.job_id, None)
-            actions += more
+            self._walk(rnd, preempt=False, explain=False)
             # A victim that fits on what is still free moves there at once (a migration: Preempt then Launch in
             # one decision) rather than waiting beside idle GPUs for the next round.
-            stopped = [view.job(a.job_id) for a in actions if isinstance(a, Preempt)]
             stopped.sort(key=lambda job: self._running_key(job, now_s))
             for job in stopped:
-                placement = place_on_free(view, planner, job.spec, self._strategy(job.spec))
+                placement = place_on_free(view, rnd.planner, job.spec, self._strategy(job.spec))
                 if placement is not None:
-                    actions.append(Launch(job.spec.job_id, placement))
+                    rnd.launch(job.spec.job_id, placement)
         if actions or self._demoted:
             self._settle(view, actions)
         # The engine applies the actions after this returns, so ask now for the timers they will need.
@@ -526,9 +522,9 @@ class TiresiasPolicy(BasePolicy):
             if when is not None and when > now_s and (wake is None or when < wake):
                 wake = when
         until, self._protected_until = self._protected_until, None  # (set by _victims during the round)
-        if waiting and until is not None and (wake is None or until < wake):
+        if rnd.waiting and until is not None and (wake is None or until < wake):
             wake = until  # a job left waiting may preempt one whose minimum run ends then
-        return Decision(tuple(actions), wake_at_s=wake, waiting=waiting)
+        return rnd.decision(wake)
 
     def _victims(self, view: ClusterView, now_s: float) -> Iterator[tuple[Any, str]]:
         """Running jobs past their minimum run, lowest priority first, as ``(rank, job)`` for :class:`Victims`,
@@ -595,23 +591,15 @@ class TiresiasPolicy(BasePolicy):
     def _strategy(self, spec: JobSpec) -> PlacementStrategy:
         return PlacementStrategy.STRICT if self._sensitive(spec) else PlacementStrategy.CONSOLIDATED
 
-    def _walk(
-        self,
-        view: ClusterView,
-        planner: Planner,
-        now_s: float,
-        waiting: dict[str, str],
-        skip: Collection[str] = (),
-        *,
-        preempt: bool = True,
-    ) -> list[Action]:
+    def _walk(self, rnd: Round, *, preempt: bool = True, explain: bool = True) -> None:
         """One walk of the waiting jobs in priority order, as the authors' simulator walks its queues: each job
         starts on free GPUs if it fits (Tiresias is work-conserving), else, with ``preempt``, by preempting
         running jobs of lower priority (lower queues, and in its own queue those behind it), lowest first, until
         it fits (§3.2). So a waiting job of higher priority gets GPUs before a lower one takes the free ones.
-        ``waiting`` gets the reason of each job examined and left waiting; ``skip``: jobs placed this round
-        already."""
-        actions: list[Action] = []
+        With ``explain``, each job examined and left waiting gets its reason; jobs the round acted on already are
+        passed over."""
+        view, planner, now_s, skip = rnd.view, rnd.planner, rnd.now_s, rnd.busy
+        waiting = rnd.waiting if explain else {}
         victims: Victims | None = None
         if preempt and self.cfg.preempt and self._running:
             victims = Victims(view, self._victims(view, now_s))
@@ -634,7 +622,7 @@ class TiresiasPolicy(BasePolicy):
             if quota_ok and (not shape.whole or any(planner.type_free(t) >= spec.num_gpus for t in types)):
                 placement = place(planner, spec, strategy, types)
                 if placement is not None:
-                    actions.append(Launch(job_id, placement))
+                    rnd.launch(job_id, placement)
                     continue
             if victims is not None:
                 key = self._key(job, _WAITING, self._pos[job_id], now_s)
@@ -653,9 +641,9 @@ class TiresiasPolicy(BasePolicy):
                     found = victims.place(planner, spec, strategy, key)
                     if found is not None:
                         placement, preempted = found
-                        for victim in preempted:
-                            actions.append(Preempt(victim.spec.job_id, f"tiresias: {job_id} has priority"))
-                        actions.append(Launch(job_id, placement))
+                        for victim in preempted:  # released in the planner by Victims.place
+                            rnd.preempt(victim, f"tiresias: {job_id} has priority", release=False)
+                        rnd.launch(job_id, placement)
                         continue
             waiting[job_id] = blocked_reason(planner, spec, types, strategy)
             # Later jobs of this shape have no more priority and no more room: skip them (sensitive jobs only
@@ -666,4 +654,3 @@ class TiresiasPolicy(BasePolicy):
                 strict_blocks.block(shape, types)
             else:
                 walk.block(shape)
-        return actions
