@@ -46,11 +46,18 @@ Nodes lost and back (``on_nodes_changed``): the jobs of a lost node come back to
 ``on_job_changed`` (their GPUs' co-location groups and tuners go with them); a node that changed marks its GPUs for
 re-filing and invalidates the memo of job kinds that could not be placed, since the free capacity changed.
 
-Cost: the policy keeps its own indexes, updated in :meth:`IADeepPolicy.on_job_changed`: pending jobs grouped by
-kind (single-GPU jobs by model, batch size, GPU types, memory and quota tenant; others by shape: a kind that
-cannot be placed this round is skipped wholesale), the co-locatable jobs on each GPU, and per GPU type the GPUs
-open to co-location. Candidate GPUs are scored once per kind of job and kind of GPU (its jobs' models and batch
-sizes, its free memory) in a round, and at most ``scan_gpus`` are examined per job.
+A round is a :class:`~corral.policies.framework.round.Round` on IADeep's planner (packed shares, reservations of
+its own sizes), with the reservations and batch sizes it plans for running jobs: it takes in telemetry
+(reservations right-sized, interference observed), runs the tuners that are due, walks the queue, places what it
+sent back, gives lone jobs their whole GPU back and shrinks reservations, then ends in its decision.
+
+Cost: the policy keeps its own indexes, updated in :meth:`IADeepPolicy.on_job_changed` (which is told where a job
+ran before the change, so no copy of every job's GPUs is kept): pending jobs grouped by kind in a
+:class:`~corral.policies.framework.queues.KeyedQueue` (single-GPU jobs by model, batch size, GPU types, memory and
+quota tenant; others by shape: a kind that cannot be placed this round is skipped wholesale), the co-locatable jobs
+on each GPU, and per GPU type the GPUs open to co-location. Candidate GPUs are scored once per kind of job and kind
+of GPU (its jobs' models and batch sizes, its free memory) in a round, and at most ``scan_gpus`` are examined per
+job.
 """
 
 from __future__ import annotations
@@ -61,18 +68,18 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sortedcontainers import SortedList
-
 from corral.core.cluster import Topology
-from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, SetBatchSize
+from corral.core.decisions import Decision, Launch, SetBatchSize
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
-from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.contract import BasePolicy, PolicyConfig
+from corral.policies.framework.placement import PlacementStrategy
 from corral.policies.framework.planner import Planner
+from corral.policies.framework.queues import KeyedQueue
 from corral.policies.framework.reasons import fit_reason, quota_reason
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 from corral.policies.iadeep.interference import InterferencePredictor, JobFeatures, gavel_features, job_features
 from corral.policies.iadeep.tuner import Config as Sizes
@@ -188,31 +195,17 @@ class _JobModel:
         return self.ref or 0
 
 
-class _Round:
-    """One round's plan: the planner, what changed of the running jobs, and the actions in order."""
+class _Round(Round):
+    """One round's plan (the framework's :class:`~corral.policies.framework.round.Round`, on IADeep's planner), with
+    what the round changed of the running jobs: their reservations and batch sizes as planned, the GPUs it placed
+    on, the jobs it moved or sent back, and memos for the round."""
 
-    __slots__ = (
-        "actions",
-        "batch",
-        "evicted",
-        "feats",
-        "moved",
-        "needs",
-        "now_s",
-        "planner",
-        "reserve",
-        "shrink",
-        "touched",
-        "view",
-        "waiting",
-    )
+    __slots__ = ("batch", "evicted", "feats", "moved", "needs", "reserve", "shrink", "touched")
+
+    planner: _Planner
 
     def __init__(self, view: ClusterView, now_s: float) -> None:
-        self.view = view
-        self.now_s = now_s
-        self.waiting: dict[str, str] = {}  # why each job examined and not started waits
-        self.planner = _Planner(view)
-        self.actions: list[Action] = []
+        super().__init__(view, now_s, planner=_Planner(view))
         self.reserve: dict[str, int] = {}  # job -> memory reservation as planned
         self.batch: dict[str, int] = {}  # job -> batch size as planned
         self.touched: set[int] = set()  # GPUs this round placed on or re-seated
@@ -251,12 +244,9 @@ class IADeepPolicy(BasePolicy):
         self._quota: set[str] = set()  # tenants with a quota
         self._seq = 0
         self._arrival: dict[str, int] = {}
-        self._pending: dict[Hashable, SortedList] = {}  # kind -> entries, FIFO
-        self._pend_kind: dict[str, tuple[Hashable, _Entry]] = {}
+        self._pending: KeyedQueue[Hashable] = KeyedQueue()  # pending jobs by kind, each kind FIFO (_Entry)
         self._models: dict[str, _JobModel] = {}  # co-locatable jobs not yet terminal
         self._members: dict[int, list[str]] = {}  # GPU -> co-locatable running jobs on it, in arrival order
-        self._where: dict[str, int] = {}  # co-locatable running job -> its GPU
-        self._others: dict[str, tuple[int, ...]] = {}  # other running jobs -> their GPUs
         self._open: list[dict[int, None]] = []  # GPU type -> GPUs open to co-location
         self._tuners: dict[int, GroupTuner] = {}
         self._batch_s: dict[str, float] = {}  # job -> when this policy last changed its batch size
@@ -311,42 +301,37 @@ class IADeepPolicy(BasePolicy):
             self._epoch += 1  # the GPUs changed (an arrival changes nothing there)
         if colocatable(spec) and job_id not in self._models and not job.phase.is_terminal:
             self._models[job_id] = _JobModel(spec)
-        old = self._where.get(job_id)
-        new = None
-        if job.phase is JobPhase.RUNNING and colocatable(spec):
-            assert job.placement is not None
-            new = job.placement.gpus[0]
-        for g in (old, new):
-            if g is not None:
-                self._gpu_version[g] = self._gpu_version.get(g, 0) + 1
-        if old != new:
-            if old is not None:
-                del self._where[job_id]
-                members = self._members[old]
-                members.remove(job_id)
-                if not members:
-                    del self._members[old]
-                self._changed[old] = None
-            if new is not None:
-                self._where[job_id] = new
-                self._members.setdefault(new, []).append(job_id)
-                self._changed[new] = None
-        elif new is not None:
-            self._changed[new] = None  # its share or batch size changed
-        if not colocatable(spec):
+        after = job.placement if job.phase is JobPhase.RUNNING else None
+        if colocatable(spec):
+            # Where it ran (``before``) and runs: its GPU's co-location group changes when the two differ.
+            old = before.gpus[0] if before is not None else None
+            new = after.gpus[0] if after is not None else None
+            for g in (old, new):
+                if g is not None:
+                    self._gpu_version[g] = self._gpu_version.get(g, 0) + 1
+            if old != new:
+                if old is not None:
+                    members = self._members[old]
+                    members.remove(job_id)
+                    if not members:
+                        del self._members[old]
+                    self._changed[old] = None
+                if new is not None:
+                    self._members.setdefault(new, []).append(job_id)
+                    self._changed[new] = None
+            elif new is not None:
+                self._changed[new] = None  # its share or batch size changed
+        else:
             # Another kind of job coming or going opens or closes its GPUs to co-location.
-            held = self._others.pop(job_id, None)
-            if held is not None:
-                self._changed.update(dict.fromkeys(held))
-            if job.phase is JobPhase.RUNNING:
-                assert job.placement is not None
-                self._others[job_id] = job.placement.gpus
-                self._changed.update(dict.fromkeys(job.placement.gpus))
+            if before is not None:
+                self._changed.update(dict.fromkeys(before.gpus))
+            if after is not None:
+                self._changed.update(dict.fromkeys(after.gpus))
         if job.phase is JobPhase.PENDING:
-            if job_id not in self._pend_kind:
+            if job_id not in self._pending:
                 self._enqueue(job)
         else:
-            self._dequeue(job_id)
+            self._pending.remove(job_id)
             if job.phase.is_terminal:
                 self._arrival.pop(job_id, None)
                 self._models.pop(job_id, None)
@@ -376,7 +361,7 @@ class IADeepPolicy(BasePolicy):
             # right-sized in a round, and telemetry alone does not call one).
             soon = now_s + _MEASURE_AFTER_S
             wake = soon if wake is None else min(wake, soon)
-        return Decision(tuple(rnd.actions), wake_at_s=wake, waiting=rnd.waiting)
+        return rnd.decision(wake)
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -417,19 +402,7 @@ class IADeepPolicy(BasePolicy):
             self._seq += 1
             seq = self._arrival[job_id] = self._seq
         entry: _Entry = (job.spec.submit_s, seq, job_id)
-        kind = self._kind(job)
-        self._pending.setdefault(kind, SortedList()).add(entry)
-        self._pend_kind[job_id] = (kind, entry)
-
-    def _dequeue(self, job_id: str) -> None:
-        got = self._pend_kind.pop(job_id, None)
-        if got is None:
-            return
-        kind, entry = got
-        group = self._pending[kind]
-        group.remove(entry)
-        if not group:
-            del self._pending[kind]
+        self._pending.add(self._kind(job), entry)
 
     def _refresh(self, view: ClusterView, g: int) -> None:
         """Re-file GPU ``g`` in the index of GPUs open to co-location (what is on it is in the view)."""
@@ -563,10 +536,11 @@ class IADeepPolicy(BasePolicy):
         assert predictor is not None and topo is not None
         repair: dict[int, None] = {}
         for job_id in self._noted:
-            g = self._where.get(job_id)
-            if g is None:
-                continue
             job = view.job(job_id)
+            if job.phase is not JobPhase.RUNNING:
+                continue
+            assert job.placement is not None
+            g = job.placement.gpus[0]
             tel = job.telemetry
             if tel is None:
                 continue
@@ -621,7 +595,7 @@ class IADeepPolicy(BasePolicy):
         held = rnd.reservation(job)
         if mem_mib == held:
             return
-        rnd.actions.append(Resize(job.spec.job_id, mem_mib=mem_mib, reason="iadeep: memory reservation"))
+        rnd.resize(job.spec.job_id, mem_mib=mem_mib, reason="iadeep: memory reservation")
         rnd.planner.add_memory(g, held - mem_mib)
         rnd.reserve[job.spec.job_id] = mem_mib
 
@@ -657,9 +631,8 @@ class IADeepPolicy(BasePolicy):
         job = rnd.view.job(job_id)
         if job_id in rnd.moved or job.placement is None:
             return
-        rnd.actions.append(Preempt(job_id, reason, suspend=True))
+        self._preempt(rnd, job, reason)
         rnd.evicted.append(job_id)
-        self._release(rnd, job)
         rnd.touched.add(g)
         self.counts["evict"] += 1
 
@@ -668,12 +641,13 @@ class IADeepPolicy(BasePolicy):
         """The total progress measured at ``config`` (infinite when it was not measured: no verdict)."""
         return tuner.progress.get(config, math.inf)
 
-    def _release(self, rnd: _Round, job: JobView) -> None:
-        """Plan as if running ``job`` were preempted, with the reservation planned for it this round."""
+    def _preempt(self, rnd: _Round, job: JobView, reason: str) -> None:
+        """Suspend running ``job`` (to re-seat it or send it back to the queue): its GPU share comes back in the
+        planner, with the reservation planned for it this round."""
         assert job.placement is not None
         rnd.moved.add(job.spec.job_id)
         planned = rnd.reserve.pop(job.spec.job_id, None)
-        rnd.planner.release(job)
+        rnd.preempt(job, reason, suspend=True)
         if planned is not None:
             rnd.planner.add_memory(job.placement.gpus[0], planned - mem_given(job.spec, job.placement))
 
@@ -697,7 +671,7 @@ class IADeepPolicy(BasePolicy):
     def _set_batch(self, rnd: _Round, job: JobView, batch: int, reason: str) -> None:
         if not batch or batch == self._batch_of(rnd, job):
             return
-        rnd.actions.append(SetBatchSize(job.spec.job_id, batch, reason))
+        rnd.act(SetBatchSize(job.spec.job_id, batch, reason))
         rnd.batch[job.spec.job_id] = batch
         self._batch_s[job.spec.job_id] = rnd.now_s
         self.counts["batch_changes"] += 1
@@ -797,7 +771,7 @@ class IADeepPolicy(BasePolicy):
             job = view.job(entry[2])
             placed = self._place_one(rnd, job) if colocatable(job.spec) else self._place_other(rnd, job)
             if not placed:
-                rnd.waiting[job.spec.job_id] = self._wait_reason(rnd, job)
+                rnd.wait(job.spec.job_id, self._wait_reason(rnd, job))
                 self._failed[kind] = self._epoch
                 heapq.heappop(heap)
                 continue
@@ -814,24 +788,23 @@ class IADeepPolicy(BasePolicy):
             return quota_reason(planner, spec)
         if colocatable(spec):
             return "waiting for an idle GPU or a co-location worth its interference"
-        return fit_reason(planner, spec, allowed_types(rnd.view, spec), PlacementStrategy.CONSOLIDATED)
+        return fit_reason(planner, spec, rnd.types(spec), PlacementStrategy.CONSOLIDATED)
 
     def _place_other(self, rnd: _Round, job: JobView) -> bool:
         """A gang or a fractional job: whole GPUs (or its share), consolidated, never co-located."""
-        planner = rnd.planner
         spec = job.spec
-        if not planner.quota_allows(spec):
+        if not rnd.planner.quota_allows(spec):
             return False
-        placement = place(planner, spec, PlacementStrategy.CONSOLIDATED, allowed_types(rnd.view, spec))
+        placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED)
         if placement is None:
             return False
-        rnd.actions.append(Launch(spec.job_id, placement))
+        rnd.launch(spec.job_id, placement)
         rnd.touched.update(placement.gpus)
         return True
 
     def _place_one(self, rnd: _Round, job: JobView) -> bool:
         """A single-GPU job: an idle GPU if one is free, else the co-location of least added degradation."""
-        types = allowed_types(rnd.view, job.spec)
+        types = rnd.types(job.spec)
         return self._place_alone(rnd, job, types) or self._colocate(rnd, job, types)
 
     def _place_alone(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
@@ -840,14 +813,14 @@ class IADeepPolicy(BasePolicy):
         spec = job.spec
         if not planner.quota_allows(spec) or not any(planner.type_free(t) >= 1 for t in types):
             return False
-        placement = place(planner, spec, PlacementStrategy.CONSOLIDATED, types)
+        placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED, types)
         if placement is None:
             return False
         g = placement.gpus[0]
-        planner.untake(spec, placement)
+        planner.untake(spec, placement)  # taken again below, with the reservation it needs
         need = self._need(rnd, spec.job_id, self._batch_of(rnd, job))
         mem = min(need, planner.gpu_free_mem_mib(g))
-        rnd.actions.append(Launch(spec.job_id, planner.take_as(spec, g, FULL_GPU_MILLI, mem)))
+        rnd.launch(spec.job_id, planner.take_as(spec, g, FULL_GPU_MILLI, mem))
         rnd.touched.add(g)
         self.counts["alone"] += 1
         return True
@@ -862,7 +835,7 @@ class IADeepPolicy(BasePolicy):
         view = rnd.view
         for job_id in rnd.evicted:
             job = view.job(job_id)
-            self._place_alone(rnd, job, allowed_types(view, job.spec))
+            self._place_alone(rnd, job, rnd.types(job.spec))
 
     def _colocate(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
         cfg = self.cfg
@@ -929,7 +902,9 @@ class IADeepPolicy(BasePolicy):
             return (0.0, 0.0, current) if self._fits(rnd, every, current, capacity) else None
         choices = [self._choices(j, b, t) for j, b in zip(every, current, strict=True)]
         own = tuple(self._need(rnd, job_id, b) for b in choices[-1])
-        kind = self._pend_kind[job_id][0] if job_id in self._pend_kind else job_id
+        kind = self._pending.key_of(job_id)
+        if kind is None:
+            kind = job_id
         stamp = (self._gpu_version.get(g, 0), capacity, current, own)
         cached = self._evals.get((g, kind))
         if cached is not None and cached[0] == stamp:
@@ -965,10 +940,9 @@ class IADeepPolicy(BasePolicy):
             assert resident.placement is not None
             need = self._need(rnd, r, b)
             if resident.placement.gpu_milli > slot:
-                rnd.actions.append(Preempt(r, reason, suspend=True))
-                self._release(rnd, resident)
+                self._preempt(rnd, resident, reason)
                 self._set_batch(rnd, resident, b, reason)
-                rnd.actions.append(Launch(r, planner.take_as(resident.spec, g, slot, need)))
+                rnd.launch(r, planner.take_as(resident.spec, g, slot, need))
                 rnd.reserve[r] = need
                 self.counts["reseat"] += 1
             elif need < rnd.reservation(resident):
@@ -980,7 +954,7 @@ class IADeepPolicy(BasePolicy):
         b_new = config[-1]
         self._set_batch(rnd, job, b_new, reason)
         need = self._need(rnd, job_id, b_new)
-        rnd.actions.append(Launch(job_id, planner.take_as(job.spec, g, slot, need)))
+        rnd.launch(job_id, planner.take_as(job.spec, g, slot, need))
         for resident, b, need in grow:
             self._resize(rnd, resident, g, need)
             self._set_batch(rnd, resident, b, reason)
@@ -1006,12 +980,11 @@ class IADeepPolicy(BasePolicy):
             if not planner.quota_allows_milli(job.spec, FULL_GPU_MILLI - placement.gpu_milli):
                 continue  # its tenant's quota has no room for the rest of the GPU: it stays at its share
             own = self._models[ids[0]].resolve(job.spec.batch_size)
-            rnd.actions.append(Preempt(ids[0], "iadeep: alone again", suspend=True))
-            self._release(rnd, job)
+            self._preempt(rnd, job, "iadeep: alone again")
             free = planner.gpu_free_mem_mib(g)
             batch = own if self._need(rnd, ids[0], own) <= free else self._batch_of(rnd, job)
             self._set_batch(rnd, job, batch, "iadeep: alone again")
             mem = min(self._need(rnd, ids[0], batch), free)
-            rnd.actions.append(Launch(ids[0], planner.take_as(job.spec, g, FULL_GPU_MILLI, mem)))
+            rnd.launch(ids[0], planner.take_as(job.spec, g, FULL_GPU_MILLI, mem))
             rnd.touched.add(g)
             self.counts["reseat"] += 1
