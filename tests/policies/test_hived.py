@@ -30,8 +30,8 @@ from corral.sim.runner import SimulationResult
 
 
 class Checked(HivedPolicy):
-    """HivedPolicy that, at every round, checks that its record of running jobs is the engine's, and after
-    deciding, that its cells are consistent (``HivedPolicy.check``, from scratch)."""
+    """HivedPolicy that, at every round, checks that the GPUs it has each running job hold are the engine's
+    placements, and after deciding, that its cells are consistent (``HivedPolicy.check``, from scratch)."""
 
     def __init__(self, config: PolicyConfig | None = None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
@@ -40,7 +40,11 @@ class Checked(HivedPolicy):
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         if self.tree is not None:
             engine = {j.spec.job_id: tuple(sorted(j.placement.gpus)) for j in view.running() if j.placement}
-            assert engine == {job_id: r.gpus for job_id, r in self._runs.items()}
+            held: dict[str, tuple[int, ...]] = {}
+            for g, job_id in enumerate(self._gpu_job):
+                if job_id is not None:
+                    held[job_id] = (*held.get(job_id, ()), g)
+            assert engine == held and held.keys() == self._runs.keys()
         decision = super().schedule(view, now_s)
         self.check()
         self.rounds += 1

@@ -143,9 +143,12 @@ class Round:
 
     # -- the end ----------------------------------------------------------------------------------------------
     def decision(self, wake_at_s: float | None = None) -> Decision:
-        """The round's actions in order, with the reasons of the jobs it examined and left alone."""
-        busy = self.busy
-        waiting = {job_id: why for job_id, why in self.waiting.items() if job_id not in busy}
+        """The round's actions in order, with the reasons of the jobs it examined and left alone. It ends the round:
+        the reasons of the jobs acted on are dropped from the round's own (a round examines many more jobs than it
+        acts on, so they are not copied)."""
+        waiting = self.waiting
+        for job_id in self.busy:
+            waiting.pop(job_id, None)
         if not self.actions and not waiting and wake_at_s is None:
             return Decision.NOTHING
         return Decision(tuple(self.actions), wake_at_s=wake_at_s, waiting=waiting)

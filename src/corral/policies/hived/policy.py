@@ -43,7 +43,11 @@ virtual cluster :mod:`corral.policies.hived.vc`. The rules here:
 Rounds: high-priority jobs first, one FIFO (submission order) over all VCs; a job that does not fit skips every
 job of its VC and kind at least as large (quota-only: of every VC, the GPUs being shared), or of its tenant when
 the quota is what stops it. Then low-priority jobs, FIFO, on idle GPUs only. HiveD allocates whole GPUs: a job
-asking for a share of one gets a whole GPU. A gang runs on one chain (one node shape of one GPU type).
+asking for a share of one gets a whole GPU. A gang runs on one chain (one node shape of one GPU type). The
+pending jobs of each priority are a :class:`~corral.policies.framework.queues.KeyedQueue` by VC and shape; a round
+is a :class:`~corral.policies.framework.round.Round` (its launches and preemptions, why each job it examined waits)
+that keeps the tenants' guaranteed GPUs as it goes, for the engine's quota check (which holds with cells too). Its
+planner plans nothing: the cells are the policy's own picture, changed as the round decides.
 
 Cost: the policy keeps its own picture of the cells, changed in the round that decides (and checked against
 each change the engine reports): per cell the GPUs used by high- and low-priority jobs and the GPUs bound to no
@@ -60,15 +64,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sortedcontainers import SortedList
-
-from corral.core.decisions import Action, Decision, Launch, Preempt
+from corral.core.decisions import Decision
 from corral.core.errors import InvariantViolation
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
 from corral.core.wording import gpus
 from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types, capacity_reason
+from corral.policies.framework.queues import KeyedQueue
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 from corral.policies.hived.cells import BOUND, Buckets, BuddyAllocator, CellTree, Chain
 from corral.policies.hived.vc import CellQuota, VcCells, check_vc_cells, derive_vc_cells, describe_vc, parse_vc_cells
@@ -98,46 +102,13 @@ _Key = tuple[int, tuple[str, ...], int | None, int, int]  # (VC or -1, GPU types
 _Entry = tuple[float, int, str]  # (submission time, arrival number, job): FIFO order
 
 
-class _Queue:
-    """Pending jobs of one priority, in groups of one shape (:data:`_Key`), each in FIFO order."""
-
-    __slots__ = ("entry", "groups")
-
-    def __init__(self) -> None:
-        self.groups: dict[_Key, SortedList] = {}
-        self.entry: dict[str, tuple[_Key, _Entry]] = {}
-
-    def __len__(self) -> int:
-        return len(self.entry)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self.entry
-
-    def add(self, job_id: str, key: _Key, order: tuple[float, int]) -> None:
-        entry = (order[0], order[1], job_id)
-        group = self.groups.get(key)
-        if group is None:
-            group = self.groups[key] = SortedList()
-        group.add(entry)
-        self.entry[job_id] = (key, entry)
-
-    def remove(self, job_id: str) -> None:
-        got = self.entry.pop(job_id, None)
-        if got is not None:
-            key, entry = got
-            group = self.groups[key]
-            group.remove(entry)
-            if not group:
-                del self.groups[key]
-
-
 class _Walk:
-    """The merged FIFO order of a :class:`_Queue`'s groups, skipping wholesale every group a failure blocks (as
+    """The merged FIFO order of a pending queue's groups, skipping wholesale every group a failure blocks (as
     ``policies.framework.queues.PendingWalk``). The queue must not change while it is walked."""
 
     __slots__ = ("_by_group", "_by_kind", "_by_vc", "_heap", "_queue")
 
-    def __init__(self, queue: _Queue) -> None:
+    def __init__(self, queue: KeyedQueue[_Key]) -> None:
         self._queue = queue
         self._heap: list[tuple[_Entry, int, _Key]] = [(group[0], 0, key) for key, group in queue.groups.items()]
         heapq.heapify(self._heap)
@@ -198,12 +169,53 @@ class _VC:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    gpus: tuple[int, ...]
+    """What this policy made of a running job: its priority and VC (a job adopted where its VC's cells cannot be
+    bound runs as a borrower). Where it runs is in ``_gpu_job``, per GPU; each change the engine reports says where
+    the job ran (``before``), so no copy of its placement is kept."""
+
     high: bool
     vc: int  # -1: none
 
 
 _Plan = tuple[Any, ...]  # ("cell", cell) | ("bind", level) | ("spare",)
+
+
+class _Round(Round):
+    """One HiveD round: the base's actions and reasons, and the tenants' guaranteed GPUs launched and preempted so
+    far. The planner plans nothing (the policy's picture of the cells is what the round changes), so launches and
+    preemptions leave it alone and the quota is counted here."""
+
+    __slots__ = ("added",)
+
+    def __init__(self, view: ClusterView, now_s: float) -> None:
+        super().__init__(view, now_s)
+        self.added: dict[str, int] = {}  # guaranteed milli-GPUs launched (+) and preempted (-) this round, per tenant
+
+    def quota_allows(self, job: JobView) -> bool:
+        """Does the job's tenant have quota room for it (the engine's check, which holds with cells too)?"""
+        if job.job_class is not JobClass.GUARANTEED:
+            return True
+        spec = job.spec
+        tenant = self.view.tenants.get(spec.tenant)
+        if tenant is None or tenant.quota_gpus is None:
+            return True
+        used = self.view.tenant_guaranteed_milli(spec.tenant) + self.added.get(spec.tenant, 0)
+        return used + spec.gpu_demand_milli <= tenant.quota_gpus * FULL_GPU_MILLI
+
+    def start(self, job: JobView, gpus: list[int]) -> None:
+        """Launch pending ``job`` on whole ``gpus`` (at the share it asked for)."""
+        spec = job.spec
+        self.launch(spec.job_id, Placement(tuple(sorted(gpus)), spec.gpu_milli))
+        self._charge(job, +1)
+
+    def stop(self, victim: JobView, reason: str) -> None:
+        """Preempt running ``victim``."""
+        self.preempt(victim, reason, release=False)  # nothing to give back in the planner
+        self._charge(victim, -1)
+
+    def _charge(self, job: JobView, sign: int) -> None:
+        if job.job_class is JobClass.GUARANTEED:
+            self.added[job.spec.tenant] = self.added.get(job.spec.tenant, 0) + sign * job.spec.gpu_demand_milli
 
 
 class HivedPolicy(BasePolicy):
@@ -228,7 +240,7 @@ class HivedPolicy(BasePolicy):
         self._lo_ub: list[int] = []  # of those, lent to low-priority jobs
         self._owner: list[int] = []  # the VC a cell is bound to (itself or an ancestor), -1 none
         self._indexed: list[bool] = []
-        self._gpu_job: list[str | None] = []
+        self._gpu_job: list[str | None] = []  # per GPU: the running job on it (the victims of a placement)
         self._av: dict[int, Buckets] = {}  # owner -> cells by GPUs not used by high-priority jobs
         self._idle: Buckets | None = None  # cells by idle GPUs
         self._ui: Buckets | None = None  # cells by idle GPUs bound to no VC (HiveD only)
@@ -237,8 +249,8 @@ class HivedPolicy(BasePolicy):
         self._down: list[int] = []  # per cell: GPUs under it on nodes that are down
         self._down_nodes: dict[int, None] = {}
         self._runs: dict[str, _Run] = {}
-        self._hi_q = _Queue()
-        self._lo_q = _Queue()
+        self._hi_q: KeyedQueue[_Key] = KeyedQueue()  # pending jobs of each priority, by shape (_Key), FIFO
+        self._lo_q: KeyedQueue[_Key] = KeyedQueue()
         self._order: dict[str, tuple[float, int]] = {}
         self._seq = 0
         self._stopping: set[str] = set()  # jobs this policy preempted in its last decision
@@ -453,26 +465,33 @@ class HivedPolicy(BasePolicy):
                 raise InvariantViolation(f"hived: GPU {g} is given to {job_id!r} but {self._gpu_job[g]!r} holds it")
             self._gpu_job[g] = job_id
         self._use(gpus, high, +1)
-        self._runs[job_id] = _Run(tuple(sorted(gpus)), high, vc)
+        self._runs[job_id] = _Run(high, vc)
         if vc >= 0:
             assert self.tree is not None
             self._used[vc][self.tree.chain[self.tree.gpu_leaf[gpus[0]]]] += len(gpus)
 
-    def _stop(self, job_id: str) -> None:
+    def _stop(self, job_id: str, placement: Placement | None) -> None:
+        """Count running ``job_id``'s GPUs (those of ``placement``, where it ran) as given back."""
+        if placement is None:
+            raise InvariantViolation(f"hived: running job {job_id!r} stopped without a placement")
+        gpus = tuple(sorted(placement.gpus))
+        gpu_job = self._gpu_job
+        for g in gpus:
+            if gpu_job[g] != job_id:
+                raise InvariantViolation(f"hived: {job_id!r} stopped on GPU {g}, which {gpu_job[g]!r} holds")
+            gpu_job[g] = None
         run = self._runs.pop(job_id)
-        for g in run.gpus:
-            self._gpu_job[g] = None
-        self._use(run.gpus, run.high, -1)
+        self._use(gpus, run.high, -1)
         if run.vc >= 0:
             assert self.tree is not None
-            self._used[run.vc][self.tree.chain[self.tree.gpu_leaf[run.gpus[0]]]] -= len(run.gpus)
+            self._used[run.vc][self.tree.chain[self.tree.gpu_leaf[gpus[0]]]] -= len(gpus)
         if run.vc >= 0 and self.cfg.cells:
             # A bound cell the VC no longer uses goes back to the buddy allocator (§3.2).
             vc = self.vcs[run.vc]
             tree = self.tree
             assert tree is not None and self.buddy is not None
             state = self.buddy.state
-            for top in {next(a for a in tree.ancestors[tree.gpu_leaf[g]] if state[a] == BOUND) for g in run.gpus}:
+            for top in {next(a for a in tree.ancestors[tree.gpu_leaf[g]] if state[a] == BOUND) for g in gpus}:
                 if self._hi[top] == 0:
                     self._detach(vc, top)
 
@@ -718,7 +737,7 @@ class HivedPolicy(BasePolicy):
             self._seq += 1
             order = self._order[job_id] = (job.spec.submit_s, self._seq)
         high = self._is_high(job)
-        (self._hi_q if high else self._lo_q).add(job_id, self._key(job, high), order)
+        (self._hi_q if high else self._lo_q).add(self._key(job, high), (order[0], order[1], job_id))
 
     def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         if self.tree is None:  # restored before this policy saw the cluster: taken into account at the first look
@@ -731,10 +750,14 @@ class HivedPolicy(BasePolicy):
         if phase is JobPhase.RUNNING:
             placement = job.placement
             assert placement is not None
-            if run is not None and run.gpus == tuple(sorted(placement.gpus)):
-                return  # as this policy decided
             if run is not None:
-                self._stop(job_id)
+                gpu_job = self._gpu_job
+                for g in placement.gpus:
+                    if gpu_job[g] != job_id:
+                        self._stop(job_id, before)  # moved by something else
+                        break
+                else:
+                    return  # as this policy decided (it holds no other GPU: a placement has the job's count)
             self._hi_q.remove(job_id)
             self._lo_q.remove(job_id)
             self._adopt(job)
@@ -744,12 +767,12 @@ class HivedPolicy(BasePolicy):
                 self._stopping.discard(job_id)  # preempted as decided (it may be running again elsewhere)
                 return
             if run is not None:
-                self._stop(job_id)  # stopped by something else (live mode: its process went away)
+                self._stop(job_id, before)  # stopped by something else (live mode: its process went away)
             if job_id not in self._hi_q and job_id not in self._lo_q:
                 self._enqueue(job)
             return
         if run is not None:
-            self._stop(job_id)
+            self._stop(job_id, before)
         self._hi_q.remove(job_id)
         self._lo_q.remove(job_id)
         self._order.pop(job_id, None)
@@ -828,24 +851,23 @@ class HivedPolicy(BasePolicy):
         self._stopping.clear()
         if not self._hi_q and not self._lo_q:
             return Decision.NOTHING
-        actions: list[Action] = []
-        waiting: dict[str, str] = {}  # why each job examined and not started waits
-        added: dict[str, int] = {}  # guaranteed milli-GPUs launched (+) and preempted (-) this round, per tenant
+        rnd = _Round(view, now_s)
+        waiting = rnd.waiting  # why each job examined and not started waits (Round.wait, inlined: a hot loop)
         if self._hi_q:
             launched: list[str] = []
             stopped: list[JobView] = []
+            what = "virtual cluster of" if self.cfg.cells else "quota of"
             walk = _Walk(self._hi_q)
             for key, job_id in walk:
                 job = view.job(job_id)
                 tenant = job.spec.tenant
-                where = f"virtual cluster of {tenant}" if self.cfg.cells else f"quota of {tenant}"
-                if not self._quota_ok(view, job, added):
-                    waiting[job_id] = f"{where} full"
+                if not rnd.quota_allows(job):
+                    waiting[job_id] = f"{what} {tenant} full"
                     walk.block_vc(key, everything=not self.cfg.backfill)
                     continue
                 gpus, own = self._place_high(view, job)
                 if gpus is None:
-                    waiting[job_id] = f"no free cell of {job.spec.num_gpus} GPU(s) for the {where}"
+                    waiting[job_id] = f"no free cell of {job.spec.num_gpus} GPU(s) for the {what} {tenant}"
                     if not self.cfg.backfill:
                         walk.block_vc(key, everything=True)
                     else:
@@ -856,20 +878,19 @@ class HivedPolicy(BasePolicy):
                     victim = view.job(victim_id)
                     if self._runs[victim_id].high:
                         raise InvariantViolation(f"hived: {job_id!r} was placed on high-priority job {victim_id!r}")
-                    self._stop(victim_id)
+                    self._stop(victim_id, victim.placement)
                     self._stopping.add(victim_id)
                     stopped.append(victim)
-                    self._charge(added, victim, -1)
-                    vc = (
-                        f"virtual cluster of {job.spec.tenant!r}" if self.cfg.cells else f"quota of {job.spec.tenant!r}"
-                    )
-                    actions.append(Preempt(victim_id, f"hived: lent GPUs needed by {job_id} ({vc})"))
-                self._launch(actions, added, job, gpus, high=True)
+                    rnd.stop(victim, f"hived: lent GPUs needed by {job_id} ({what} {tenant!r})")
+                self._launch(rnd, job, gpus, high=True)
                 launched.append(job_id)
             for job_id in launched:
                 self._hi_q.remove(job_id)
             for victim in stopped:
                 self._enqueue(victim)
+            # Back in the queue: the low-priority walk examines them again, and a reason it gives them is why they
+            # wait now (the round's decision keeps reasons only of jobs it did not act on).
+            rnd.busy.difference_update(victim.spec.job_id for victim in stopped)
         if self._lo_q and any(self._chain_idle):
             launched = []
             walk = _Walk(self._lo_q)
@@ -877,7 +898,7 @@ class HivedPolicy(BasePolicy):
                 if not any(self._chain_idle):
                     break
                 job = view.job(job_id)
-                if not self._quota_ok(view, job, added):
+                if not rnd.quota_allows(job):
                     waiting[job_id] = f"quota of {job.spec.tenant} full"
                     continue  # a guaranteed job of a tenant with a quota and no cells: rare, not worth a block
                 gpus = self._place_low(view, job)
@@ -887,53 +908,41 @@ class HivedPolicy(BasePolicy):
                         break
                     walk.block_kind(key)
                     continue
-                self._launch(actions, added, job, gpus, high=False)
+                self._launch(rnd, job, gpus, high=False)
                 launched.append(job_id)
             for job_id in launched:
                 self._lo_q.remove(job_id)
-        return Decision(tuple(actions), waiting=waiting)
+        return rnd.decision()
 
-    def _launch(self, actions: list[Action], added: dict[str, int], job: JobView, gpus: list[int], high: bool) -> None:
+    def _launch(self, rnd: _Round, job: JobView, gpus: list[int], high: bool) -> None:
         spec = job.spec
-        vc = self._vc_of[spec.tenant] if high else -1
-        self._start(spec.job_id, gpus, high, vc)
-        self._charge(added, job, +1)
-        actions.append(Launch(spec.job_id, Placement(tuple(sorted(gpus)), spec.gpu_milli)))
-
-    def _charge(self, added: dict[str, int], job: JobView, sign: int) -> None:
-        if job.job_class is JobClass.GUARANTEED:
-            added[job.spec.tenant] = added.get(job.spec.tenant, 0) + sign * job.spec.gpu_demand_milli
-
-    def _quota_ok(self, view: ClusterView, job: JobView, added: dict[str, int]) -> bool:
-        """Does the job's tenant have quota room for it (the engine's check, which holds with cells too)?"""
-        if job.job_class is not JobClass.GUARANTEED:
-            return True
-        spec = job.spec
-        tenant = view.tenants.get(spec.tenant)
-        if tenant is None or tenant.quota_gpus is None:
-            return True
-        used = view.tenant_guaranteed_milli(spec.tenant) + added.get(spec.tenant, 0)
-        return used + spec.gpu_demand_milli <= tenant.quota_gpus * FULL_GPU_MILLI
+        self._start(spec.job_id, gpus, high, self._vc_of[spec.tenant] if high else -1)
+        rnd.start(job, gpus)
 
     # -- checks (tests) ---------------------------------------------------------------------------------------------
     def check(self) -> None:
-        """Recompute the policy's picture of the cells from its record of running jobs and compare (O(cells));
+        """Recompute the policy's picture of the cells from the GPUs its running jobs hold and compare (O(cells));
         raise InvariantViolation on any difference. For tests."""
         tree = self.tree
         if tree is None:
             return
         n = tree.num_cells
         hi, lo = [0] * n, [0] * n
-        gpu_job: list[str | None] = [None] * len(self._gpu_job)
-        for job_id, run in self._runs.items():
-            for g in run.gpus:
-                if gpu_job[g] is not None:
-                    raise InvariantViolation(f"GPU {g} is held by {gpu_job[g]!r} and {job_id!r}")
-                gpu_job[g] = job_id
-                for a in tree.ancestors[tree.gpu_leaf[g]]:
-                    (hi if run.high else lo)[a] += 1
-                if self.cfg.cells and run.high and self._owner[tree.gpu_leaf[g]] != run.vc:
-                    raise InvariantViolation(f"high-priority job {job_id!r} has GPU {g} outside its VC's cells")
+        gpu_job = self._gpu_job
+        holding: set[str] = set()
+        for g, job_id in enumerate(gpu_job):
+            if job_id is None:
+                continue
+            run = self._runs.get(job_id)
+            if run is None:
+                raise InvariantViolation(f"GPU {g} is held by {job_id!r}, which is not running here")
+            holding.add(job_id)
+            for a in tree.ancestors[tree.gpu_leaf[g]]:
+                (hi if run.high else lo)[a] += 1
+            if self.cfg.cells and run.high and self._owner[tree.gpu_leaf[g]] != run.vc:
+                raise InvariantViolation(f"high-priority job {job_id!r} has GPU {g} outside its VC's cells")
+        if holding != self._runs.keys():
+            raise InvariantViolation(f"running jobs without GPUs: {sorted(self._runs.keys() - holding)}")
         down = [0] * n
         for node in self._down_nodes:
             for g in tree.topology.node_gpus(node):
@@ -942,7 +951,7 @@ class HivedPolicy(BasePolicy):
                 for a in tree.ancestors[tree.gpu_leaf[g]]:
                     lo[a] += 1  # a down GPU counts as lent for good (see _set_down)
                     down[a] += 1
-        if hi != self._hi or lo != self._lo or gpu_job != self._gpu_job or down != self._down:
+        if hi != self._hi or lo != self._lo or down != self._down:
             raise InvariantViolation("per-cell GPU counts are off")
         if self.buddy is not None and self.buddy.bad != down:
             raise InvariantViolation("the buddy allocator's bad-GPU counts are off")
