@@ -53,11 +53,19 @@ coordinator forgot them as for any job that stops). Guaranteed jobs see only the
 view; a tenant's quota is unchanged, so a lost node can leave a tenant below its quota until it is back (AntMan
 §4 promises quota within the cluster's capacity, and the capacity shrank).
 
-Cost: the policy keeps its own indexes, updated in :meth:`AntManPolicy.on_job_changed`: guaranteed pending jobs
-per tenant, opportunistic pending jobs by shape (size, share, GPU types, memory; one failure skips every job of
-the shape that cannot fit either), running opportunistic jobs per tenant, and, per GPU type, the GPUs open to an
-opportunistic job sorted by measured SM use. Only GPUs marked changed (a job came or went, telemetry arrived)
-or jobs due a coordinator check are examined in a round, never all GPUs or all jobs.
+A round (:meth:`AntManPolicy.schedule`) plans on an :class:`~corral.policies.antman.round.AntManRound`, the
+framework's round on the allocation layer's planner with the opportunistic layer on top, in four steps: the
+coordinator on what changed, the guaranteed queues, upgrades, then the opportunistic queue. Its decision puts the
+actions in an order the engine accepts step by step: suspensions and shrinking resizes first, then the ordinary
+launches and upgrades as planned, opportunistic launches, and growing resizes.
+
+Cost: the policy keeps its own indexes, updated in :meth:`AntManPolicy.on_job_changed` from the change itself (the
+placement the job held before it, and the one it holds now): guaranteed pending jobs per tenant, opportunistic
+pending jobs by shape (size, share, GPU types, memory; one failure skips every job of the shape that cannot fit
+either) and per tenant with a quota, running opportunistic jobs per tenant (the framework's
+:class:`~corral.policies.framework.queues.KeyedQueue` each), and, per GPU type, the GPUs open to an opportunistic
+job sorted by measured SM use. Only GPUs marked changed (a job came or went, telemetry arrived) or jobs due a
+coordinator check are examined in a round, never all GPUs or all jobs.
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ from enum import StrEnum
 from sortedcontainers import SortedList
 
 from corral.core.cluster import Topology
-from corral.core.decisions import Action, Decision, Launch, Preempt, Resize, Upgrade
+from corral.core.decisions import Decision, Upgrade
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.options import option
@@ -87,10 +95,12 @@ from corral.policies.antman.coordinator import (
     Snapshot,
     expected_mem_mib,
 )
-from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
-from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.antman.round import AntManRound
+from corral.policies.framework.contract import BasePolicy, PolicyConfig
+from corral.policies.framework.placement import PlacementStrategy
 from corral.policies.framework.planner import Planner
-from corral.policies.framework.reasons import blocked_reason
+from corral.policies.framework.queues import KeyedQueue
+from corral.policies.framework.reasons import fit_reason
 from corral.policies.framework.view import ClusterView
 
 # (whole, GPU types, memory) -> the kind of a pending opportunistic job; with its size, its shape. A job of a kind
@@ -172,193 +182,6 @@ class AntManConfig(PolicyConfig):
 _AVOID_GUEST_TRIES = 3  # placements looked for away from opportunistic jobs before reclaiming from them
 
 
-class _Planner(Planner):
-    """The allocation layer's planner. Opportunistic jobs' memory counts as free here: an ordinary placement
-    takes it back (reclaim), so ``gpu_free_mem_mib`` is the GPU's memory less the ordinary reservations."""
-
-    __slots__ = ()
-
-    def gpu_free_mem_mib(self, gpu: int) -> int:
-        got = self._gpu_mem.get(gpu)
-        if got is not None:
-            return got
-        view = self.view
-        guests = 0
-        for job_id in view.gpu_opportunistic_jobs(gpu):
-            job = view.job(job_id)
-            assert job.placement is not None
-            guests += mem_given(job.spec, job.placement)
-        return view.gpu_free_mem_mib(gpu) + guests
-
-    def charge(self, tenant: str, milli: int) -> None:
-        """Count ``milli`` more against ``tenant``'s quota (an upgrade: ``take`` charges guaranteed specs only)."""
-        self._tenant[tenant] = self.tenant_guaranteed_milli(tenant) + milli
-
-
-class _Round:
-    """What one round has planned: the allocation layer (the planner) and the opportunistic layer on top."""
-
-    __slots__ = (
-        "caps",
-        "downgrade",
-        "evict",
-        "gone",
-        "new_guests",
-        "now_s",
-        "on_gpu",
-        "ordinary",
-        "planner",
-        "reserve",
-        "shares",
-        "started",
-        "stopped",
-        "touched",
-        "upgraded",
-        "view",
-        "waiting",
-        "why",
-    )
-
-    def __init__(self, view: ClusterView, now_s: float) -> None:
-        self.view = view
-        self.now_s = now_s
-        self.waiting: dict[str, str] = {}  # why each job examined and not started waits
-        self.planner = _Planner(view)
-        self.caps: dict[str, int] = {}  # running opportunistic job -> planned memory cap
-        self.shares: dict[str, int] = {}  # running opportunistic job -> planned share cap
-        self.reserve: dict[str, int] = {}  # running holder -> planned memory reservation
-        self.evict: dict[str, str] = {}  # running opportunistic job to suspend -> why
-        self.downgrade: dict[str, str] = {}  # running upgraded job to suspend back to the opportunistic queue -> why
-        self.gone: set[str] = set()  # opportunistic jobs leaving that layer this round (suspended, upgraded)
-        self.upgraded: set[str] = set()  # of which upgraded
-        self.new_guests: dict[str, Placement] = {}  # opportunistic launches, in plan order
-        self.on_gpu: dict[int, list[str]] = {}  # GPU -> its opportunistic jobs as planned (copied on write)
-        self.touched: set[int] = set()  # GPUs given an ordinary placement this round
-        self.ordinary: list[Action] = []  # launches and upgrades onto ordinary placements, in plan order
-        self.why: dict[str, str] = {}  # reasons of resizes
-        self.stopped: set[str] = set()  # tenants whose guaranteed queue stopped this round
-        self.started: set[str] = set()  # pending jobs given a placement this round
-
-    # -- the opportunistic layer as planned -------------------------------------------------------------------
-    def guests_on(self, g: int) -> list[str]:
-        got = self.on_gpu.get(g)
-        return list(self.view.gpu_opportunistic_jobs(g)) if got is None else got
-
-    def guest_placement(self, x: str) -> Placement:
-        new = self.new_guests.get(x)
-        if new is not None:
-            return new
-        p = self.view.job(x).placement
-        assert p is not None
-        return p
-
-    def cap(self, x: str) -> int:
-        got = self.caps.get(x)
-        if got is not None:
-            return got
-        p = self.guest_placement(x)
-        return mem_given(self.view.job(x).spec, p)
-
-    def share(self, x: str) -> int:
-        got = self.shares.get(x)
-        return self.guest_placement(x).gpu_milli if got is None else got
-
-    def guest_free(self, g: int) -> int:
-        """Memory on ``g`` given to no one, as planned."""
-        return self.planner.gpu_free_mem_mib(g) - sum(self.cap(x) for x in self.guests_on(g))
-
-    def guest_milli(self, g: int) -> int:
-        return sum(self.share(x) for x in self.guests_on(g))
-
-    def held(self, g: int) -> bool:
-        """Does anyone hold an allocation on ``g`` (now or as planned)?"""
-        return self.planner.gpu_free_milli(g) < FULL_GPU_MILLI
-
-    def set_guest(self, x: str, share: int | None = None, cap: int | None = None) -> None:
-        new = self.new_guests.get(x)
-        if new is not None:
-            self.new_guests[x] = Placement(
-                new.gpus,
-                new.gpu_milli if share is None else share,
-                new.mem_mib if cap is None else cap,
-                opportunistic=True,
-            )
-            return
-        if share is not None:
-            self.shares[x] = share
-        if cap is not None:
-            self.caps[x] = cap
-
-    def add_guest(self, x: str, placement: Placement) -> None:
-        self.new_guests[x] = placement
-        for g in placement.gpus:
-            self.on_gpu[g] = [*self.guests_on(g), x]
-
-    def drop_guest(self, x: str, reason: str | None) -> None:
-        """``x`` leaves the opportunistic layer: suspended (with ``reason``), or upgraded (``None``).
-
-        An upgraded job keeps the decreases planned for it before: an ordinary placement planned earlier in the
-        round may count on the memory they free, and its launch comes before the upgrade (see :meth:`actions`)."""
-        gpus = self.guest_placement(x).gpus
-        if self.new_guests.pop(x, None) is None:
-            self.gone.add(x)
-            if reason is None:
-                self.upgraded.add(x)
-            else:
-                self.evict[x] = reason
-                self.shares.pop(x, None)
-                self.caps.pop(x, None)
-        for g in gpus:
-            self.on_gpu[g] = [o for o in self.guests_on(g) if o != x]
-
-    def set_reservation(self, h: str, mem: int) -> None:
-        job = self.view.job(h)
-        assert job.placement is not None
-        old = self.reserve.get(h, mem_given(job.spec, job.placement))
-        for g in job.placement.gpus:
-            self.planner.add_memory(g, old - mem)
-        self.reserve[h] = mem
-
-    # -- the decision -----------------------------------------------------------------------------------------
-    def actions(self) -> tuple[Action, ...]:
-        """In an order the engine's state accepts step by step: what frees memory or share (suspensions, then
-        shrinking resizes) before what takes it (ordinary launches and upgrades, opportunistic launches, then
-        growing resizes). The round planned a state that fits; taking the frees first and growing towards it
-        afterwards never passes through one that does not."""
-        view = self.view
-        out: list[Action] = [Preempt(x, why, suspend=True, downgrade=True) for x, why in self.downgrade.items()]
-        out += [Preempt(x, reason, suspend=True) for x, reason in self.evict.items()]
-        grow: list[Action] = []
-        for x in dict.fromkeys([*self.shares, *self.caps]):
-            if x in self.evict:
-                continue
-            job = view.job(x)
-            p = job.placement
-            assert p is not None
-            share, cap = self.share(x), self.cap(x)
-            old_cap = mem_given(job.spec, p)
-            why = self.why.get(x, "antman")
-            down = (share if share < p.gpu_milli else None, cap if cap < old_cap else None)
-            up = (share if share > p.gpu_milli else None, cap if cap > old_cap else None)
-            if down != (None, None):
-                out.append(Resize(x, down[0], down[1], why))
-            if up != (None, None) and x not in self.upgraded:
-                grow.append(Resize(x, up[0], up[1], why))
-        for h, mem in self.reserve.items():
-            job = view.job(h)
-            assert job.placement is not None
-            old = mem_given(job.spec, job.placement)
-            why = self.why.get(h, "antman")
-            if mem < old:
-                out.append(Resize(h, mem_mib=mem, reason=why))
-            elif mem > old:
-                grow.append(Resize(h, mem_mib=mem, reason=why))
-        out += self.ordinary
-        out += [Launch(x, p) for x, p in self.new_guests.items()]
-        out += grow
-        return tuple(out)
-
-
 def _fair_key(view: ClusterView, planner: Planner, tenant: str, head_submit_s: float) -> tuple[int, float, str]:
     """Tenants with a quota first, the least served (held / quota) first; then the others, oldest head first."""
     t = view.tenants.get(tenant)
@@ -387,18 +210,13 @@ class AntManPolicy(BasePolicy):
         self._seq = 0
         self._arrival: dict[str, int] = {}  # job -> arrival number (FIFO ties), while not terminal
         # Pending guaranteed jobs, per tenant, FIFO.
-        self._gq: dict[str, SortedList] = {}
-        self._gq_entry: dict[str, tuple[str, _Entry]] = {}
-        # Pending opportunistic jobs: by shape (the walk), and per tenant (upgrades at launch), FIFO.
-        self._oq: dict[_Shape, SortedList] = {}
-        self._oq_entry: dict[str, tuple[_Shape, _Entry, str | None]] = {}  # with its tenant, if it has a quota
-        self._oq_tenant: dict[str, SortedList] = {}
+        self._gq: KeyedQueue[str] = KeyedQueue()
+        # Pending opportunistic jobs: by shape (the walk), and per tenant with a quota (upgrades at launch), FIFO.
+        self._oq: KeyedQueue[_Shape] = KeyedQueue()
+        self._oq_tenant: KeyedQueue[str] = KeyedQueue()
         self._quota: dict[str, int | None] = {}  # tenant -> quota in milli-GPUs (None: no quota)
         # Running opportunistic jobs per tenant, oldest first (upgrade candidates).
-        self._guests: dict[str, SortedList] = {}
-        self._guest_entry: dict[str, tuple[str, _Entry]] = {}
-        # Where each running job is, as last told (to know what it left).
-        self._placed: dict[str, Placement] = {}
+        self._guests: KeyedQueue[str] = KeyedQueue()
         # What changed since the last round: GPUs, holders or guests arriving/leaving, telemetry.
         self._dirty: dict[int, None] = {}
         self._holders_moved: dict[int, None] = {}
@@ -437,25 +255,23 @@ class AntManPolicy(BasePolicy):
     def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         spec = job.spec
         job_id = spec.job_id
-        old = self._placed.pop(job_id, None)
+        # Where it ran just before (None: it did not run) and where it runs now: what it left and what it came to.
         new = job.placement if job.phase is JobPhase.RUNNING else None
-        if new is not None:
-            self._placed[job_id] = new
-        moved = old is None or new is None or old.gpus != new.gpus or old.opportunistic != new.opportunistic
-        for p in (old, new):
+        moved = before is None or new is None or before.gpus != new.gpus or before.opportunistic != new.opportunistic
+        for p in (before, new):
             if p is not None:
                 for g in p.gpus:
                     self._dirty[g] = None
                     if moved:
                         (self._guests_moved if p.opportunistic else self._holders_moved)[g] = None
-        was_guest = old is not None and old.opportunistic
+        was_guest = before is not None and before.opportunistic
         is_guest = new is not None and new.opportunistic
         if new is None or (was_guest and not is_guest):
             self.coordinator.forget(job_id)
         if was_guest and not is_guest:
-            self._unindex(self._guests, self._guest_entry, job_id)
+            self._guests.remove(job_id)
         if is_guest and not was_guest:
-            self._index(self._guests, self._guest_entry, spec.tenant, self._entry(job_id, spec))
+            self._guests.add(spec.tenant, self._entry(job_id, spec))
         lent = self._lent.get(spec.tenant)
         if job.phase is JobPhase.RUNNING and job.job_class is not spec.job_class:  # upgraded
             self._lent.setdefault(spec.tenant, {})[job_id] = None  # first time: the order of upgrades
@@ -464,7 +280,7 @@ class AntManPolicy(BasePolicy):
             if not lent:
                 del self._lent[spec.tenant]
         if job.phase is JobPhase.PENDING:
-            if job_id not in self._gq_entry and job_id not in self._oq_entry:
+            if job_id not in self._gq and job_id not in self._oq:
                 self._enqueue(job)
         else:
             self._dequeue(job_id)
@@ -474,7 +290,7 @@ class AntManPolicy(BasePolicy):
 
     def schedule(self, view: ClusterView, now_s: float) -> Decision:
         self._bind(view)
-        rnd = _Round(view, now_s)
+        rnd = AntManRound(view, now_s)
         self._absorb(view)
         if self._coordinating:
             self._coordinate(rnd)
@@ -486,8 +302,7 @@ class AntManPolicy(BasePolicy):
             self._place_waiting_opportunistic(rnd)
         self._dirty.clear()
         wake = self.coordinator.next_due_s() if self._coordinating else None
-        waiting = {job_id: why for job_id, why in rnd.waiting.items() if job_id not in rnd.started}
-        return Decision(rnd.actions(), wake_at_s=wake if wake is not None and wake > now_s else None, waiting=waiting)
+        return rnd.decision(wake if wake is not None and wake > now_s else None)
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -508,51 +323,20 @@ class AntManPolicy(BasePolicy):
             seq = self._arrival[job_id] = self._seq
         return (spec.submit_s, seq, job_id)
 
-    @staticmethod
-    def _index(by: dict[str, SortedList], where: dict[str, tuple[str, _Entry]], key: str, entry: _Entry) -> None:
-        by.setdefault(key, SortedList()).add(entry)
-        where[entry[2]] = (key, entry)
-
-    @staticmethod
-    def _unindex(by: dict[str, SortedList], where: dict[str, tuple[str, _Entry]], job_id: str) -> None:
-        got = where.pop(job_id, None)
-        if got is None:
-            return
-        key, entry = got
-        items = by[key]
-        items.remove(entry)
-        if not items:
-            del by[key]
-
     def _enqueue(self, job: JobView) -> None:
         spec = job.spec
         entry = self._entry(spec.job_id, spec)
         if job.job_class is JobClass.GUARANTEED:
-            self._index(self._gq, self._gq_entry, spec.tenant, entry)
+            self._gq.add(spec.tenant, entry)
             return
         whole = spec.gpu_milli == FULL_GPU_MILLI
-        shape: _Shape = (whole, spec.gpu_types, spec.gpu_mem_mib, spec.num_gpus if whole else spec.gpu_milli)
-        self._oq.setdefault(shape, SortedList()).add(entry)
-        with_quota = self._quota.get(spec.tenant) is not None
-        self._oq_entry[spec.job_id] = (shape, entry, spec.tenant if with_quota else None)
-        if with_quota:
-            self._oq_tenant.setdefault(spec.tenant, SortedList()).add(entry)
+        self._oq.add((whole, spec.gpu_types, spec.gpu_mem_mib, spec.num_gpus if whole else spec.gpu_milli), entry)
+        if self._quota.get(spec.tenant) is not None:
+            self._oq_tenant.add(spec.tenant, entry)
 
     def _dequeue(self, job_id: str) -> None:
-        self._unindex(self._gq, self._gq_entry, job_id)
-        got = self._oq_entry.pop(job_id, None)
-        if got is None:
-            return
-        shape, entry, tenant = got
-        group = self._oq[shape]
-        group.remove(entry)
-        if not group:
-            del self._oq[shape]
-        if tenant is not None:
-            items = self._oq_tenant[tenant]
-            items.remove(entry)
-            if not items:
-                del self._oq_tenant[tenant]
+        if self._gq.remove(job_id) is None and self._oq.remove(job_id) is not None:
+            self._oq_tenant.remove(job_id)
 
     def _refresh(self, view: ClusterView, g: int) -> None:
         """Re-file GPU ``g`` in the index of GPUs open to an opportunistic job (what changed on it is in the view)."""
@@ -624,7 +408,7 @@ class AntManPolicy(BasePolicy):
         return expected_mem_mib(spec, topo.gpu_mem_mib[gpu])
 
     # -- the coordinator --------------------------------------------------------------------------------------
-    def _coordinate(self, rnd: _Round) -> None:
+    def _coordinate(self, rnd: AntManRound) -> None:
         """Run the coordinator on the jobs of changed GPUs and the jobs due a check (with, for each opportunistic
         one, the holders beside it, whose measurements decide its share)."""
         view = rnd.view
@@ -690,7 +474,7 @@ class AntManPolicy(BasePolicy):
         if plan:
             self._apply_plan(rnd, plan)
 
-    def _apply_plan(self, rnd: _Round, plan: Plan) -> None:
+    def _apply_plan(self, rnd: AntManRound, plan: Plan) -> None:
         for x in plan.evict:
             rnd.drop_guest(x, f"antman coordinator: {plan.why.get(x, 'memory')}")
             self.counts["evict"] += 1
@@ -705,28 +489,25 @@ class AntManPolicy(BasePolicy):
             rnd.why.setdefault(x, f"antman coordinator: {plan.why.get(x, 'memory')}")
 
     # -- ordinary placements ----------------------------------------------------------------------------------
-    def _wait_reason(self, rnd: _Round, spec: JobSpec) -> str:
-        return blocked_reason(rnd.planner, spec, allowed_types(rnd.view, spec), self.cfg.placement)
-
-    def _take_ordinary(self, rnd: _Round, spec: JobSpec) -> Placement | None:
-        """Allocation for ``spec`` by ``placement``, reserving its expected memory (at most what is not reserved
-        on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
+    def _take_ordinary(self, rnd: AntManRound, spec: JobSpec, types: tuple[int, ...]) -> Placement | None:
+        """Allocation for ``spec`` by ``placement`` on GPUs of ``types``, reserving its expected memory (at most what
+        is not reserved on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
         planner = rnd.planner
-        types = allowed_types(rnd.view, spec)
-        found = place(planner, spec, self.cfg.placement, types)
+        strategy = self.cfg.placement
+        found = rnd.place(spec, strategy, types)
         # Prefer GPUs where no opportunistic job runs: reclaiming one slows it for nothing when another GPU is
         # free. Hide the GPUs with guests and look again, a bounded number of times; else keep the first choice.
         hidden: dict[int, int] = {}
         for _ in range(_AVOID_GUEST_TRIES):
             if found is None:
                 break
-            busy = [g for g in found.gpus if rnd.guests_on(g)]
-            if not busy:
+            shared = [g for g in found.gpus if rnd.guests_on(g)]
+            if not shared:
                 break
             planner.untake(spec, found)
-            for g in busy:
+            for g in shared:
                 hidden[g] = planner.hide(g)
-            alternative = place(planner, spec, self.cfg.placement, types)
+            alternative = rnd.place(spec, strategy, types)
             if alternative is None:
                 for g, milli in hidden.items():
                     planner.unhide(g, milli)
@@ -748,7 +529,7 @@ class AntManPolicy(BasePolicy):
         rnd.touched.update(found.gpus)
         return Placement(found.gpus, found.gpu_milli, base + extra)
 
-    def _reclaim(self, rnd: _Round, gpus: tuple[int, ...], for_job: str) -> None:
+    def _reclaim(self, rnd: AntManRound, gpus: tuple[int, ...], for_job: str) -> None:
         """An ordinary placement just landed on ``gpus``: make the opportunistic jobs there fit in what is left
         (AntMan §4; the rule is in the module docstring)."""
         view = rnd.view
@@ -782,15 +563,16 @@ class AntManPolicy(BasePolicy):
                 if self._coordinating:
                     self.coordinator.touched(x, rnd.now_s)
 
-    def _check_holder(self, rnd: _Round, job_id: str) -> None:
+    def _check_holder(self, rnd: AntManRound, job_id: str) -> None:
         """A holder just placed: when opportunistic jobs wait for room, right-size its reservation at the next
         control tick rather than at the next event."""
         if self._coordinating and self._oq:
             self.coordinator.check_after(job_id, rnd.now_s)
 
     # -- guaranteed jobs --------------------------------------------------------------------------------------
-    def _admit_guaranteed(self, rnd: _Round) -> None:
+    def _admit_guaranteed(self, rnd: AntManRound) -> None:
         view, planner = rnd.view, rnd.planner
+        strategy = self.cfg.placement
         cursors: dict[str, Iterator[_Entry]] = {}
         heads: dict[str, _Entry] = {}
         heap: list[tuple[tuple[int, float, str], str]] = []
@@ -804,29 +586,30 @@ class AntManPolicy(BasePolicy):
             _, tenant = heapq.heappop(heap)
             job_id = heads[tenant][2]
             spec = view.job(job_id).spec
-            full = planner.total_free() == 0 and (spec.gpu_milli == FULL_GPU_MILLI or not planner.has_partial())
-            allowed = planner.quota_allows(spec)
-            placement = self._take_ordinary(rnd, spec) if allowed and not full else None
-            if placement is None and not allowed and self.cfg.downgrade and tenant in self._lent:
-                placement = self._downgrade_for(rnd, spec)
+            types = rnd.types(spec)
+            why = rnd.fits(spec, strategy, types)
+            placement = self._take_ordinary(rnd, spec, types) if why is None else None
+            if placement is None and self.cfg.downgrade and tenant in self._lent and not planner.quota_allows(spec):
+                placement = self._downgrade_for(rnd, spec, types)
             if placement is None:
                 rnd.stopped.add(tenant)  # first come, first served within a tenant: it waits for its head
-                rnd.waiting[job_id] = self._wait_reason(rnd, spec)
+                rnd.wait(job_id, why if why is not None else fit_reason(planner, spec, types, strategy))
                 continue
             self._reclaim(rnd, placement.gpus, job_id)
-            rnd.ordinary.append(Launch(job_id, placement))
+            rnd.launch(job_id, placement)
             self._check_holder(rnd, job_id)
             nxt = next(cursors[tenant], None)
             if nxt is not None:
                 heads[tenant] = nxt
                 heapq.heappush(heap, (_fair_key(view, planner, tenant, nxt[0]), tenant))
 
-    def _downgrade_for(self, rnd: _Round, spec: JobSpec) -> Placement | None:
+    def _downgrade_for(self, rnd: AntManRound, spec: JobSpec, types: tuple[int, ...]) -> Placement | None:
         """The quota ``spec``'s tenant lent to its upgraded jobs, taken back for its guaranteed job ``spec`` (see
         the module docstring): the latest upgraded first, as few as give ``spec`` its quota and a placement. They
         are suspended to the opportunistic queue. ``None`` (nothing changed) if even all of them would not do."""
         view, planner = rnd.view, rnd.planner
-        released: list[JobView] = []
+        cp = rnd.checkpoint()
+        released: list[str] = []
         planned: dict[str, int] = {}  # reservations the coordinator re-sized this round, put back while released
         placement = None
         for job_id in reversed(self._lent[spec.tenant]):
@@ -838,40 +621,32 @@ class AntManPolicy(BasePolicy):
                 rnd.set_reservation(job_id, mem_given(job.spec, job.placement))
                 del rnd.reserve[job_id]
             planner.release(job)
-            released.append(job)
+            released.append(job_id)
             if planner.quota_allows(spec):
-                placement = self._take_ordinary(rnd, spec)
+                placement = self._take_ordinary(rnd, spec, types)
                 if placement is not None:
                     break
         if placement is None:
-            for job in released:  # undo each release exactly: its share, its reservation and its quota use
-                p = job.placement
-                assert p is not None
-                planner.take(job.spec, list(p.gpus), mem_mib=mem_given(job.spec, p))
-                planner.charge(job.spec.tenant, job.spec.num_gpus * p.gpu_milli)  # take() charged its own class
-                if job.spec.job_id in planned:
-                    rnd.set_reservation(job.spec.job_id, planned[job.spec.job_id])
+            rnd.rollback(cp)  # the planner as it was: shares, memory and quota use
+            rnd.reserve.update(planned)  # and the re-sized reservations it counted
             return None
-        for job in released:
-            x = job.spec.job_id
+        for x in released:
             rnd.downgrade[x] = f"antman: quota of {spec.tenant} taken back by its guaranteed job {spec.job_id}"
             self.counts["downgrade"] += 1
         return placement
 
     # -- upgrades ---------------------------------------------------------------------------------------------
-    def _upgrade(self, rnd: _Round) -> None:
+    def _upgrade(self, rnd: AntManRound) -> None:
         view, planner = rnd.view, rnd.planner
         budget = self.cfg.max_upgrades
         looks = 4 * budget  # candidates examined at most (quota misses included)
         heap: list[tuple[tuple[int, float, str], str]] = []
         cursors: dict[str, Iterator[_Entry]] = {}
-        for tenant in dict.fromkeys([*self._guests, *self._oq_tenant]):
+        for tenant in dict.fromkeys([*self._guests.groups, *self._oq_tenant.groups]):
             quota = self._quota.get(tenant)
             if tenant in rnd.stopped or quota is None or planner.tenant_guaranteed_milli(tenant) >= quota:
                 continue  # no quota to upgrade into, or none left
-            running = self._guests.get(tenant, ())
-            waiting = self._oq_tenant.get(tenant, ())
-            cursors[tenant] = itertools.chain(iter(running), iter(waiting))
+            cursors[tenant] = itertools.chain(self._guests.get(tenant), self._oq_tenant.get(tenant))
             heap.append((_fair_key(view, planner, tenant, 0.0), tenant))
         heapq.heapify(heap)
         while heap and budget > 0 and looks > 0:
@@ -879,7 +654,7 @@ class AntManPolicy(BasePolicy):
             quota = self._quota.get(tenant)
             assert quota is not None
             for _submit, _seq, job_id in cursors[tenant]:
-                if job_id in rnd.gone:
+                if rnd.left(job_id):
                     continue
                 looks -= 1
                 spec = view.job(job_id).spec
@@ -893,7 +668,7 @@ class AntManPolicy(BasePolicy):
                 break  # upgraded (the tenant goes back in fair order), or no GPUs for it: the tenant is done
             # the cursor is exhausted, or the tenant is done for this round
 
-    def _plan_upgrade(self, rnd: _Round, job_id: str) -> bool:
+    def _plan_upgrade(self, rnd: AntManRound, job_id: str) -> bool:
         view, planner = rnd.view, rnd.planner
         job = view.job(job_id)
         spec = job.spec
@@ -907,39 +682,39 @@ class AntManPolicy(BasePolicy):
                 placement = planner.take(spec, list(p.gpus), mem_mib=mem)
                 rnd.touched.update(p.gpus)
             else:
-                found = self._take_ordinary(rnd, spec)
+                found = self._take_ordinary(rnd, spec, rnd.types(spec))
                 if found is None:
                     return False
                 rnd.drop_guest(job_id, None)
                 placement = found
             planner.charge(spec.tenant, spec.gpu_demand_milli)
             self._reclaim(rnd, placement.gpus, job_id)
-            rnd.ordinary.append(Upgrade(job_id, placement))
+            rnd.act(Upgrade(job_id, placement))
         else:  # waiting: launched (paused, no memory) and upgraded at once
-            found = self._take_ordinary(rnd, spec)
+            found = self._take_ordinary(rnd, spec, rnd.types(spec))
             if found is None:
                 return False
             planner.charge(spec.tenant, spec.gpu_demand_milli)
             self._reclaim(rnd, found.gpus, job_id)
-            rnd.ordinary.append(Launch(job_id, Placement(found.gpus, 0, 0, opportunistic=True)))
-            rnd.ordinary.append(Upgrade(job_id, found))
-            rnd.started.add(job_id)
+            rnd.launch(job_id, Placement(found.gpus, 0, 0, opportunistic=True))
+            rnd.act(Upgrade(job_id, found))
         self.counts["upgrade"] += 1
         self._check_holder(rnd, job_id)
         return True
 
     # -- opportunistic jobs -----------------------------------------------------------------------------------
-    def _place_waiting_opportunistic(self, rnd: _Round) -> None:
+    def _place_waiting_opportunistic(self, rnd: AntManRound) -> None:
         """Walk the opportunistic queue in FIFO order over its shape groups, dropping at once every group of a
         kind whose smaller jobs did not fit (as ``corral.policies.framework.queues.PendingWalk`` does)."""
-        view = rnd.view
+        view, planner = rnd.view, rnd.planner
+        strategy = self.cfg.placement
         exclusive = not self.cfg.opportunistic
         if not exclusive and not any(self._open):
             # No GPU has room: the walk would stop at the head of each shape group; say why to those it would reach.
-            for group in self._oq.values():
-                job_id = next(iter(group))[2]
-                if job_id not in rnd.started:
-                    rnd.waiting[job_id] = self._no_room(view.job(job_id).spec)
+            for group in self._oq.groups.values():
+                job_id = group[0][2]
+                if job_id not in rnd.busy:  # not launched and upgraded this round
+                    rnd.wait(job_id, self._no_room(view.job(job_id).spec))
             return
         blocked: dict[_Kind, int] = {}
         heap: list[tuple[_Entry, _Shape, Iterator[_Entry]]] = []
@@ -955,19 +730,24 @@ class AntManPolicy(BasePolicy):
                 heapq.heappop(heap)
                 continue
             job_id = entry[2]
-            if job_id not in rnd.started:
+            if job_id not in rnd.busy:  # not launched and upgraded this round
                 spec = view.job(job_id).spec
                 if exclusive:
-                    if rnd.planner.total_free() == 0 and not rnd.planner.has_partial():
+                    if planner.total_free() == 0 and not planner.has_partial():
                         return
-                    found = self._take_ordinary(rnd, spec)
+                    types = rnd.types(spec)
+                    why = rnd.fits(spec, strategy, types)
+                    found = self._take_ordinary(rnd, spec, types) if why is None else None
                     if found is not None:
-                        rnd.ordinary.append(Launch(job_id, found))
+                        rnd.launch(job_id, found)
+                    else:
+                        rnd.wait(job_id, why if why is not None else fit_reason(planner, spec, types, strategy))
                 else:
                     found = self._place_guest(rnd, spec)
+                    if found is None:
+                        rnd.wait(job_id, self._no_room(spec))
                 if found is None:
                     blocked[kind] = shape[3] if limit is None else min(limit, shape[3])
-                    rnd.waiting[job_id] = self._wait_reason(rnd, spec) if exclusive else self._no_room(spec)
             nxt = next(it, None)
             if nxt is None:
                 heapq.heappop(heap)
@@ -978,14 +758,14 @@ class AntManPolicy(BasePolicy):
     def _no_room(spec: JobSpec) -> str:
         return f"opportunistic: no {spec.num_gpus} GPU(s) with spare memory and compute"
 
-    def _place_guest(self, rnd: _Round, spec: JobSpec) -> Placement | None:
+    def _place_guest(self, rnd: AntManRound, spec: JobSpec) -> Placement | None:
         """Spare capacity for an opportunistic job, by measured use (module docstring); planned in ``rnd``."""
         cfg = self.cfg
         topo = self._topo
         assert topo is not None
         n = spec.num_gpus
         margin = cfg.mem_margin_mib
-        for t in allowed_types(rnd.view, spec):
+        for t in rnd.types(spec):
             need = expected_mem_mib(spec, topo.type_mem_mib[t])
             least = max(
                 1 if need else 0, math.ceil(cfg.min_mem_fraction * need)
