@@ -144,6 +144,35 @@ def test_serve_refusals(tmp_path: Path, server: Server) -> None:
 
 
 # -- a job's life -------------------------------------------------------------------------------------------------
+def test_job_shows_a_running_jobs_slowdown_against_its_step_time_alone(server: Server) -> None:
+    steps = (
+        "import time, corral.job\n"
+        "with corral.job.Job(verbose=False) as job:\n"
+        "    while True:\n"
+        "        with job.step():\n"
+        "            time.sleep(0.02)\n"
+    )
+    code, out = run(server, "submit", "--name", "stepper", "--", PY, "-c", steps, token=ALICE)
+    assert code == 0, out
+    job_id = out.splitlines()[0]
+    try:
+        deadline = time.monotonic() + 40
+        while True:  # the controller learns its step time alone from a few reports made alone
+            code, out = run(server, "job", job_id, "--json", token=ALICE)
+            tel = json.loads(out)["job"]["telemetry"]
+            if tel is not None and tel["slowdown"] is not None:
+                break
+            assert time.monotonic() < deadline, tel
+            time.sleep(0.2)
+        code, out = run(server, "job", job_id, token=ALICE)
+        assert code == 0
+        line = next(line for line in out.splitlines() if "slowdown" in line)
+        assert re.search(r"\d\.\d\dx its step time alone \(\d+\.\d ms, median of \d+ reports\)", line), line
+    finally:
+        run(server, "cancel", job_id, token=ALICE)
+        wait_phase(server, job_id, "cancelled")
+
+
 def test_submit_jobs_job_logs(server: Server) -> None:
     code, out = run(server, "submit", "--name", "greet", "--env", "WHO=world", "--", PY, "-c",
                     "import os; print('hello', os.environ['WHO'])", token=ALICE)  # fmt: skip

@@ -894,6 +894,14 @@ def job(job_id: str, as_json: bool, **client: Any) -> None:
                     f"GPU memory peak {tel['mem_peak_mib']} MiB (at {_when(tel['time_s'])})",
                 )
             )
+            if tel["slowdown"] is not None and tel["baseline_step_time_s"] is not None:
+                rows.append(
+                    (
+                        "slowdown",
+                        f"{tel['slowdown']:.2f}x its step time alone ({tel['baseline_step_time_s'] * 1000:.1f} ms, "
+                        f"median of {tel['baseline_reports']} reports)",
+                    )
+                )
         for key, value in rows:
             table.add_row(key, value)
         console.print(table)

@@ -67,6 +67,9 @@ class TelemetryJson(TypedDict):
     mem_mean_mib: int
     mem_need_mib: int
     sm_util: float
+    baseline_step_time_s: float | None
+    baseline_reports: int
+    slowdown: float | None
 
 
 class EstimateJson(TypedDict):

@@ -12,7 +12,7 @@ in one process, as in tests, do not collide). What is exported:
 ``corral_gpu_memory_used_bytes``            per GPU: memory in use by its jobs
 ``corral_gpu_jobs``                         per GPU and class (guaranteed, opportunistic): jobs on it
 ``corral_job_step_seconds``                 per running job: its latest mini-batch time
-``corral_job_slowdown_ratio``               per running job whose solo step time is known: step / solo
+``corral_job_slowdown_ratio``               per running job with a baseline: latest step / step time alone
 ``corral_job_gpu_share_ratio``              per running job: its share (an opportunistic job's compute cap)
 ``corral_job_memory_cap_bytes``             per running job with one: its memory cap or reservation
 ``corral_tenant_quota_gpus``                per tenant with a quota
@@ -25,6 +25,9 @@ in one process, as in tests, do not collide). What is exported:
 ==========================================  =========================================================================
 
 Labels name GPUs by index and node, jobs by id, tenant and class: never a command line, an environment or a token.
+A job's step time alone (its baseline) is the solo time it reports, else the one the controller measures: the
+median of its latest step reports made while no other job ran on its GPUs, for its current run, placement, share
+and batch size (:mod:`corral.live.controller.baseline`).
 The wait reasons are the policy's sentences, so ``corral_queue_jobs`` has one series per distinct reason.
 """
 
@@ -97,7 +100,13 @@ class ControllerCollector(Collector):
     def _jobs(self) -> Iterator[Metric]:
         labels = ["job", "tenant", "class"]
         step = GaugeMetricFamily("corral_job_step_seconds", "Latest mini-batch time of a running job", labels=labels)
-        slow = GaugeMetricFamily("corral_job_slowdown_ratio", "Step time over solo step time, if known", labels=labels)
+        slow = GaugeMetricFamily(
+            "corral_job_slowdown_ratio",
+            "Latest step time over the step time alone on the same GPUs: the solo time the job reports, else the "
+            "median of its latest step reports made with no other job on its GPUs (this run, placement, share, "
+            "batch size); only jobs with one",
+            labels=labels,
+        )
         share = GaugeMetricFamily("corral_job_gpu_share_ratio", "Share of each GPU (compute cap)", labels=labels)
         cap = GaugeMetricFamily("corral_job_memory_cap_bytes", "Memory cap or reservation per GPU", labels=labels)
         for record in self.controller.jobs(phases=[JobPhase.RUNNING]):
@@ -112,7 +121,7 @@ class ControllerCollector(Collector):
             tel = record.telemetry
             if tel is not None:
                 step.add_metric(key, tel.step_time_s)
-                if tel.slowdown is not None:
+                if tel.slowdown is not None:  # over the controller's baseline (ObservedTelemetry), when it has one
                     slow.add_metric(key, tel.slowdown)
         yield from (step, slow, share, cap)
 

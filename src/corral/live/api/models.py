@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from corral.core.job import FULL_GPU_MILLI, JobPhase
 from corral.core.placement import Placement
+from corral.core.telemetry import Telemetry
+from corral.live.controller.baseline import ObservedTelemetry
 from corral.live.records import (
     MAX_COMMAND_ARGS,
     MAX_NAME_CHARS,
@@ -150,11 +152,22 @@ class TelemetryOut(_Model):
 
     time_s: float = Field(description="When it was received (Unix seconds).")
     step_time_s: float = Field(description="Recent mini-batch time, seconds.")
-    solo_step_time_s: float | None = Field(description="Mini-batch time alone on the same GPUs, if known.")
+    solo_step_time_s: float | None = Field(description="Mini-batch time alone on the same GPUs, if the job reports it.")
     mem_peak_mib: int = Field(description="Peak GPU memory in a mini-batch, MiB.")
     mem_mean_mib: int = Field(description="Mean GPU memory over a mini-batch, MiB.")
     mem_need_mib: int = Field(description="Peak the job would reach with no memory cap, MiB.")
     sm_util: float = Field(description="Fraction of time the job kept the GPU busy, 0..1.")
+    baseline_step_time_s: float | None = Field(
+        description="Its mini-batch time alone on these GPUs: the solo time it reports, else the one the controller "
+        "measured (the median of its latest step reports made while no other job ran on its GPUs, for this run, "
+        "placement, share and batch size). Null until known."
+    )
+    baseline_reports: int = Field(
+        description="How many step reports made alone the measured baseline is the median of (0: reported, or none)."
+    )
+    slowdown: float | None = Field(
+        description="step_time_s / baseline_step_time_s (1.0: as fast as alone); null while there is no baseline."
+    )
 
 
 class EstimateOut(_Model):
@@ -436,6 +449,14 @@ def estimate_out(e: Estimate) -> EstimateOut:
     return EstimateOut(start_s=e.start_s, earliest_s=e.earliest_s, latest_s=e.latest_s, made_s=e.made_s)
 
 
+def baseline_of(tel: Telemetry) -> float | None:
+    """A job's step time alone: the solo time it reports, else the controller's measured baseline (what its
+    ``slowdown`` divides by; see :mod:`corral.live.controller.baseline`)."""
+    if isinstance(tel, ObservedTelemetry):
+        return tel.baseline_step_time_s
+    return tel.solo_step_time_s
+
+
 def job_out(
     record: JobRecord, order: Sequence[int] | None = None, node_of: Callable[[int], str] | None = None
 ) -> JobOut:
@@ -494,6 +515,9 @@ def job_out(
             mem_mean_mib=tel.mem_mean_mib,
             mem_need_mib=tel.mem_need_mib,
             sm_util=tel.sm_util,
+            baseline_step_time_s=baseline_of(tel),
+            baseline_reports=tel.baseline_reports if isinstance(tel, ObservedTelemetry) else 0,
+            slowdown=tel.slowdown,
         ),
     )
 

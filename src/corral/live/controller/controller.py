@@ -80,6 +80,7 @@ from corral.live.agent import (
     ProcessStarted,
 )
 from corral.live.controller import lifecycle
+from corral.live.controller.baseline import UNDEGRADED, Baselines, Placing
 from corral.live.controller.cluster import cluster_for, cluster_for_nodes
 from corral.live.controller.estimates import Estimator
 from corral.live.controller.executor import AgentLike, ExecutorLinks, LiveExecutor
@@ -189,7 +190,8 @@ class Controller:
         self._requests: dict[str, JobRequest] = {}
         self._seq: dict[str, int] = {}
         self._phase: dict[str, JobPhase] = {}
-        self._telemetry: dict[str, Telemetry] = {}
+        self._telemetry: dict[str, Telemetry] = {}  # each running job's latest, with its baseline (ObservedTelemetry)
+        self.baselines = Baselines()  # each job's step time alone, measured: its slowdown (loop thread only)
         self._waiting: dict[str, str] = {}  # why each pending job waits, as the last round that examined it said
         self._measured: dict[str, JobMeasured] = {}  # the agent's latest NVML figures per job (loop thread only)
         # Each running job's last word on how many steps it has left (Job(total_steps=...)), with its step time and
@@ -532,6 +534,7 @@ class Controller:
         self._phase.pop(job_id, None)
         self._measured.pop(job_id, None)
         self._progress.pop(job_id, None)
+        self.baselines.forget(job_id)
         with self._telemetry_lock:
             self._telemetry.pop(job_id, None)
 
@@ -651,6 +654,7 @@ class Controller:
             self._phase[job_id] = job.phase
             if job.phase.is_terminal:
                 self._turn_changes.notes.append((now, job_id, job.phase.value, job.reason or ""))
+                self.baselines.forget(job_id)
             with self._telemetry_lock:
                 if job.phase is not JobPhase.RUNNING:
                     self._telemetry.pop(job_id, None)
@@ -733,9 +737,37 @@ class Controller:
             tel = _telemetry(report.report, now, measured)
             if report.report.steps_left is not None:
                 self._progress[job_id] = (report.run, report.report.steps_left, tel.step_time_s, now)
-            self.engine.reported(job_id, tel, now)
+            shown = self._observed(job, report, tel)  # before the engine reacts: on the placement the steps ran on
+            self.engine.reported(job_id, tel, now)  # the policies get the report as it is (observation only)
             with self._telemetry_lock:
-                self._telemetry[job_id] = tel
+                self._telemetry[job_id] = shown
+
+    def _observed(self, job: JobStatus, report: JobReported, tel: Telemetry) -> Telemetry:
+        """The report as the API, ``/metrics`` and the dashboard see it: with the job's measured baseline and
+        slowdown (:mod:`corral.live.controller.baseline`). Costs a look at the jobs on its GPUs."""
+        placement = job.placement
+        if placement is None:
+            return tel
+        step = report.report
+        placing = Placing(report.run, placement.gpus, placement.gpu_milli, step.batch_size)
+        alone = self._alone(job.spec.job_id, placement.gpus)
+        return self.baselines.observe(
+            job.spec.job_id, tel, placing, alone=alone, undegraded=step.mem_mode in UNDEGRADED
+        )
+
+    def _alone(self, job_id: str, gpus: tuple[int, ...]) -> bool:
+        """Whether no other job runs on any of ``gpus``, as the engine's GPU tables say: no other holder, and no
+        opportunistic job with a share above 0 (one at 0 is paused). Costs the jobs on those GPUs."""
+        state = self.state
+        for g in gpus:
+            if any(other != job_id for other in state.gpu_jobs(g)):
+                return False
+            for other in state.gpu_opportunistic_jobs(g):
+                if other != job_id:
+                    p = state.job(other).placement
+                    if p is not None and p.gpu_milli > 0:
+                        return False
+        return True
 
     def _hello(self, job_id: str, run: int, hello: contract.Hello) -> None:
         """A job (re)connected: note whether it can be moved (it checkpoints), and tell it the limits it has now,

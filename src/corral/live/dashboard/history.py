@@ -12,7 +12,8 @@ A :class:`History` is filled by one daemon thread (:meth:`History.start`; stoppe
   tenant per sample: 10 tenants for an hour, 1.4 MiB);
 - the scheduler: rounds, their total latency, job events by kind, and jobs per phase (~600 bytes per sample,
   0.4 MiB an hour);
-- per job, only for jobs that ran in the window: step time, solo step time (reported, when known), share,
+- per job, only for jobs that ran in the window: step time, step time alone (its baseline: the solo time it
+  reports, else the one the controller measures, :mod:`corral.live.controller.baseline`), share,
   memory cap and use, SM use, the memory ladder's rung, and whether it ran alone. Column arrays, 36 bytes per
   job per sample: 64 running jobs for an hour take 1.6 MiB. At most :data:`MAX_JOBS` jobs are kept (the
   ones whose last sample is oldest go first).
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from corral.core.job import FULL_GPU_MILLI, JobPhase
 from corral.live.agent import JobReported
+from corral.live.api.models import baseline_of
 from corral.live.records import ClusterSnapshot, JobRecord, TenantSnapshot
 
 if TYPE_CHECKING:
@@ -93,7 +95,7 @@ class JobSeries:
     tenant: str
     time_s: array[float] = field(default_factory=lambda: array("d"))
     step_s: array[float] = field(default_factory=lambda: array("f"))
-    solo_s: array[float] = field(default_factory=lambda: array("f"))  # NaN: not reported
+    baseline_s: array[float] = field(default_factory=lambda: array("f"))  # its step time alone; NaN: none yet
     share: array[float] = field(default_factory=lambda: array("f"))  # 0..1 of each GPU
     mem_cap_mib: array[float] = field(default_factory=lambda: array("f"))  # NaN: no cap
     mem_used_mib: array[float] = field(default_factory=lambda: array("f"))
@@ -114,7 +116,7 @@ class JobSeries:
         return (
             self.time_s,
             self.step_s,
-            self.solo_s,
+            self.baseline_s,
             self.share,
             self.mem_cap_mib,
             self.mem_used_mib,
@@ -278,8 +280,8 @@ class History:
         tel = record.telemetry
         series.time_s.append(now)
         series.step_s.append(tel.step_time_s if tel is not None else NAN)
-        solo = tel.solo_step_time_s if tel is not None else None
-        series.solo_s.append(solo if solo is not None else NAN)
+        base = baseline_of(tel) if tel is not None else None  # the controller's, read with this very step time
+        series.baseline_s.append(base if base is not None else NAN)
         series.share.append(placement.gpu_milli / FULL_GPU_MILLI)
         series.mem_cap_mib.append(placement.mem_mib if placement.mem_mib is not None else NAN)
         series.mem_used_mib.append(tel.mem_peak_mib if tel is not None else NAN)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.core.job import FULL_GPU_MILLI, JobPhase
+from corral.core.telemetry import Telemetry
 from corral.core.wording import duration, start_words
 from corral.live.api.app import Principal
-from corral.live.api.models import cluster_out, echo, tenant_out, utf8_cut
+from corral.live.api.models import baseline_of, cluster_out, echo, tenant_out, utf8_cut
 from corral.live.controller.stats import ROUND_BUCKETS_S
 from corral.live.dashboard.cells import Cell, Data, badge, chart, gib, gpus, job_cell, kind, link, pct, share, table
 from corral.live.dashboard.history import MIXED, NO_JOB, History, JobSeries, LatestCluster
@@ -361,6 +362,8 @@ def job_page(ctx: Context, who: Principal, job_id: str, since: float) -> Data:
         "preemptions": str(st.preemptions),
         "process": f"run {proc.run}, {proc.phase.value}" if proc.phase is not ProcessPhase.NONE else f"run {proc.run}",
         "step time": f"{tel.step_time_s * 1000:.0f} ms" if tel is not None else "-",
+        "step time alone": f"{base * 1000:.0f} ms" if (base := _baseline(tel)) is not None else "-",
+        "slowdown": f"{slow:.2f}x" if tel is not None and (slow := tel.slowdown) is not None else "-",
         "why it waits": r.wait_reason or "-" if st.phase is JobPhase.PENDING else "-",
         "estimated start": (
             start_words(est.start_s, est.earliest_s, est.latest_s, now)
@@ -384,6 +387,10 @@ def job_page(ctx: Context, who: Principal, job_id: str, since: float) -> Data:
     }
 
 
+def _baseline(tel: Telemetry | None) -> float | None:
+    return baseline_of(tel) if tel is not None else None
+
+
 def _job_charts(s: JobSeries, since: float) -> dict[str, Data]:
     keep = [i for i, t in enumerate(s.time_s) if t > since]
     x = [s.time_s[i] for i in keep]
@@ -391,17 +398,14 @@ def _job_charts(s: JobSeries, since: float) -> dict[str, Data]:
     def col(values: Sequence[float], scale: float = 1.0) -> list[float]:
         return [values[i] * scale for i in keep]
 
-    # Solo step time: the one the job reported when known, else the fastest step it made with its GPUs to itself
-    # (a measured baseline, as AntMan's coordinator learns one, OSDI'20 §3.3). Over the whole window, not the poll.
-    alone = [s.step_s[i] for i in range(len(s.time_s)) if s.alone[i] and not math.isnan(s.step_s[i])]
-    fastest = min(alone) if alone else math.nan
-    solo = [s.solo_s[i] if not math.isnan(s.solo_s[i]) else fastest for i in keep]
-    slowdown = [s.step_s[i] / solo[n] if solo[n] > 0 else math.nan for n, i in enumerate(keep)]
-    solo_ms = [v * 1000 for v in solo]
-    labels = ["step time", "solo step time (reported, else its fastest alone)" if alone else "solo step time"]
+    # Step time alone: the controller's baseline as it stood at each sample (the solo time the job reports, else
+    # the median of its latest step reports made with its GPUs to itself: corral.live.controller.baseline, after
+    # AntMan's coordinator, OSDI'20 §3.3), the very figure /metrics divides by. NaN (a gap) while there is none.
+    slowdown = [s.step_s[i] / s.baseline_s[i] if s.baseline_s[i] > 0 else math.nan for i in keep]
+    labels = ["step time", "step time alone (reported, else median of its steps alone)"]
     out = {
-        "step": chart("step time (ms)", "ms", labels, x, [col(s.step_s, 1000), solo_ms]),
-        "slowdown": chart("slowdown (step / solo)", "x", ["slowdown"], x, [slowdown]),
+        "step": chart("step time (ms)", "ms", labels, x, [col(s.step_s, 1000), col(s.baseline_s, 1000)]),
+        "slowdown": chart("slowdown (step / step alone)", "x", ["slowdown"], x, [slowdown]),
         "memory": chart(
             "GPU memory (MiB)", "MiB", ["cap", "used (peak)"], x, [col(s.mem_cap_mib), col(s.mem_used_mib)]
         ),
