@@ -156,6 +156,49 @@ def test_a_command_that_cannot_start_warm_starts_cold_and_says_so(warm_agent: tu
     assert "=== corral: started cold, not warm: '/bin/sh' is not the warm workers' interpreter" in log
 
 
+# Saves a checkpoint (run 1), or resumes from it (later runs) and says whether the checkpoint prefetch was under way
+# before the script's first line ran (a warm run: its worker started it) and whether the restore used it.
+PREFETCH_JOB = r"""
+import sys
+lib = sys.modules.get("corral.job.prefetch")
+before = lib is not None and lib.pending_prefetch() is not None
+import json, torch, corral.job
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.Adam(model.parameters())
+job = corral.job.Job(model=model, optimizer=opt)
+if sys.argv[1] == "save":
+    for _ in job.loop(range(10)):
+        job.request_checkpoint()
+print("PREFETCH " + json.dumps({"before": before, "prefetched": job.prefetched, "step": job.start_step}), flush=True)
+job.close()
+"""
+
+
+def test_a_warm_worker_starts_the_checkpoint_prefetch_before_the_script_runs(
+    warm_agent: tuple[Agent, Recorder, Path],
+) -> None:
+    agent, rec, base = warm_agent
+    script = base / "prefetch.py"
+    script.write_text(PREFETCH_JOB)
+    found = {}
+    for job, warm, env in (
+        ("pf-warm", True, {"CORRAL_CHECKPOINT_PREFETCH": "1"}),  # 1: even though the page cache holds it
+        ("pf-cold", False, {"CORRAL_CHECKPOINT_PREFETCH": "1"}),
+        ("pf-off", True, {"CORRAL_CHECKPOINT_PREFETCH": "0"}),
+    ):
+        env = {**env, "PYTHONPATH": os.pathsep.join(sys.path), "CORRAL_CHECKPOINT_PREFETCH_MIN_MIB": "0"}
+        agent.launch(req(job, PY, str(script), "save", warm=warm, env=env))
+        assert rec.wait(ProcessExited, job).exit_code == 75
+        agent.launch(req(job, PY, str(script), "resume", run=2, warm=warm, env=env))
+        assert rec.wait(ProcessExited, job, run=2).exit_code == 0, agent.log_path(job).read_text()
+        log = agent.log_path(job).read_text()
+        found[job] = json.loads(next(line[9:] for line in log.splitlines() if line.startswith("PREFETCH ")))
+        assert ("state prefetched" in log) is found[job]["prefetched"] and "prefetch not used" not in log
+    assert found["pf-warm"] == {"before": True, "prefetched": True, "step": 1}  # started by the warm worker
+    assert found["pf-cold"] == {"before": False, "prefetched": True, "step": 1}  # started by `import corral.job`
+    assert found["pf-off"] == {"before": False, "prefetched": False, "step": 1}  # CORRAL_CHECKPOINT_PREFETCH=0
+
+
 @pytest.mark.parametrize(
     "command, expected",
     [

@@ -30,7 +30,7 @@ Using it
 no reports, no directives, but still checkpoint and resume when ``CORRAL_CHECKPOINT_DIR`` (or
 ``Job(checkpoint_dir=...)``) is set. What the script can read: ``job.global_step`` (steps done over all runs),
 ``job.start_step`` (where this run started), ``job.epoch``, ``job.step_in_epoch``, ``job.resumed``,
-``job.batch_size``, ``job.gpu_milli``, ``job.mem_limit_mib``, ``job.mem_cap_mib``, ``job.mem_mode``,
+``job.batch_size``, ``job.gpu_milli``, ``job.mem_limit_mib``, ``job.mem_cap_mib``, ``job.mem_mode``, ``job.prefetched``,
 ``job.duty_cycle``, ``job.standalone``, ``job.connected``. Use one
 :meth:`Job.loop` (or :meth:`Job.step`) at a time, and call ``job.close()`` (or use ``with``) at the end; it also
 runs at interpreter exit.
@@ -136,7 +136,20 @@ CPU; on a GPU see ``torch.use_deterministic_algorithms``). Limits:
   batch sizes from the next epoch (as ``examples/train_mlp.py`` does).
 - A finished job's last checkpoint is left in place: running the same command again with the same directory
   resumes from it.
+
+Checkpoint prefetch: when ``corral.job`` is imported (a warm-started run: as soon as its worker is handed the job)
+with ``CORRAL_CHECKPOINT_DIR`` holding a checkpoint whose state file is at least 64 MiB
+(``CORRAL_CHECKPOINT_PREFETCH_MIN_MIB``) and, by default (``CORRAL_CHECKPOINT_PREFETCH=auto``), not in the page
+cache (``1``: whether it is or not; ``0``: never), a background thread starts reading that state into host memory
+(pinned memory where CUDA is available and the job sees one GPU), without holding the interpreter lock while it
+reads, so that the read overlaps the script's own start-up (its imports, building the model). ``Job()``'s restore
+uses it if the file is still the one read, else reads the file as it would have, after a line in the log that
+says why; the result is the same either way (``job.prefetched`` says which). A script that passes
+``Job(checkpoint_dir=...)`` may call :func:`prefetch_checkpoint` itself, before building its model. See
+:class:`corral.job.prefetch.Prefetch`.
 """
+
+import os as _os
 
 from corral.job.checkpoint import CheckpointError, CheckpointStore, Stateful
 from corral.job.device import Device, SimulatedDevice, TorchDevice
@@ -144,6 +157,7 @@ from corral.job.env import GangEnvironment, JobEnvironment
 from corral.job.gang import GangError
 from corral.job.loop import Job
 from corral.job.memory import Rung
+from corral.job.prefetch import prefetch_checkpoint, prefetch_from_env
 from corral.job.throttle import DutyCycle
 
 __all__ = [
@@ -159,4 +173,8 @@ __all__ = [
     "SimulatedDevice",
     "Stateful",
     "TorchDevice",
+    "prefetch_checkpoint",
 ]
+
+# As early as a run can: the checkpoint it resumes from is read while the script goes on importing and building.
+prefetch_from_env(_os.environ)

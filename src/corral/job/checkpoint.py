@@ -19,6 +19,8 @@ the script imported NumPy, torch's CPU generator and CUDA generators when the sc
 once initialised), and any ``torch.Generator`` the data loader holds (``DataLoader(generator=...)`` or its
 sampler's). Generators the script creates itself (``numpy.random.default_rng``, its own ``torch.Generator``) are
 not found; the script saves those in its hooks.
+
+The checkpoint a resuming run reads may already be on its way: :mod:`corral.job.prefetch` reads it ahead.
 """
 
 from __future__ import annotations
@@ -154,18 +156,30 @@ def save_state(path: Path, objects: dict[str, Stateful]) -> None:
     torch.save({name: obj.state_dict() for name, obj in objects.items()}, path)
 
 
-def load_state(path: Path, objects: dict[str, Stateful]) -> None:
-    """Load each object's state from ``path``, written by :func:`save_state`. Tensors are loaded to the CPU first
-    (``load_state_dict`` copies them to where the object's own tensors are); ``weights_only`` loading, so the file
-    holds only tensors and plain data."""
+def read_state(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """What :func:`save_state` wrote to ``path``, tensors on the CPU (``weights_only`` loading, so the file holds
+    only tensors and plain data). The one reader of the state file: the normal restore calls it, and the prefetch
+    thread (:class:`Prefetch`) with ``mmap`` (the tensors are then views of the file's mapping, until it copies
+    them out)."""
     import torch
 
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing; the checkpoint was saved without model/optimizer state") from None
     except Exception as e:
         raise CheckpointError(f"{path}: cannot load: {e}") from None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: holds a {type(saved).__name__}, not the state of named objects")
+    return saved
+
+
+def load_state(path: Path, objects: dict[str, Stateful], saved: dict[str, Any] | None = None) -> None:
+    """Load each object's state from ``path``, written by :func:`save_state` (or from ``saved``, what
+    :func:`read_state` gave for it ahead of time: a checkpoint prefetch). Tensors are loaded to the CPU first
+    (``load_state_dict`` copies them to where the object's own tensors are)."""
+    if saved is None:
+        saved = read_state(path)
     missing = sorted(set(objects) - set(saved))
     if missing:
         raise CheckpointError(f"{path}: holds no state for {missing} (it has {sorted(saved)})")

@@ -4,6 +4,10 @@
 A variable that is absent or empty counts as not set: a job run by hand sees none of them and runs standalone.
 A value that cannot be parsed is the agent's bug or a typo in a hand-set variable, so it stops the job at start
 with an error that names the variable, rather than being guessed at.
+
+Two variables are the job's own, not the agent's: :data:`ENV_CHECKPOINT_PREFETCH` and
+:data:`ENV_CHECKPOINT_PREFETCH_MIN_MIB`, the checkpoint prefetch of :mod:`corral.job.checkpoint` (the user sets them,
+with ``corral submit --env`` or by hand).
 """
 
 from __future__ import annotations
@@ -13,6 +17,46 @@ from dataclasses import dataclass
 
 from corral.core import contract
 from corral.core.errors import ConfigError
+
+ENV_CHECKPOINT_PREFETCH = "CORRAL_CHECKPOINT_PREFETCH"
+"""Whether a run that resumes from a checkpoint starts reading it in the background as soon as ``corral.job`` is
+imported (or, warm-started, as soon as its worker is handed the job), so that the read overlaps the script's own
+start-up (:func:`corral.job.prefetch.prefetch_from_env`): ``auto`` (the default when unset) when the checkpoint is
+not in the page cache (after a migration, on a node that has not read it), ``1`` whether or not it is, ``0`` never."""
+PREFETCH_MODES = ("auto", "1", "0")
+DEFAULT_CHECKPOINT_PREFETCH = "auto"
+ENV_CHECKPOINT_PREFETCH_MIN_MIB = "CORRAL_CHECKPOINT_PREFETCH_MIN_MIB"
+"""The smallest state file (MiB) the prefetch reads ahead (default 64: below that the read takes milliseconds, little
+to overlap; 0 prefetches every checkpoint)."""
+DEFAULT_CHECKPOINT_PREFETCH_MIN_MIB = 64
+
+
+def checkpoint_prefetch(env: Mapping[str, str]) -> str:
+    """:data:`ENV_CHECKPOINT_PREFETCH` in ``env``: ``"auto"`` (also when unset or empty), ``"1"`` or ``"0"``;
+    raises :class:`ConfigError` for any other value."""
+    value = env.get(ENV_CHECKPOINT_PREFETCH, "").strip().lower()
+    if not value:
+        return DEFAULT_CHECKPOINT_PREFETCH
+    if value not in PREFETCH_MODES:
+        raise ConfigError(
+            f"{ENV_CHECKPOINT_PREFETCH}={value!r}: expected auto (when not in the page cache), 1 (always) or 0 (never)"
+        )
+    return value
+
+
+def checkpoint_prefetch_min_mib(env: Mapping[str, str]) -> int:
+    """:data:`ENV_CHECKPOINT_PREFETCH_MIN_MIB` in ``env`` (unset or empty: the default); raises
+    :class:`ConfigError` for anything but an integer >= 0."""
+    value = env.get(ENV_CHECKPOINT_PREFETCH_MIN_MIB, "").strip()
+    if not value:
+        return DEFAULT_CHECKPOINT_PREFETCH_MIN_MIB
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ConfigError(f"{ENV_CHECKPOINT_PREFETCH_MIN_MIB}={value!r}: expected an integer >= 0 (MiB)")
+    return number
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +177,10 @@ class JobEnvironment:
     report_interval_s: float = contract.DEFAULT_REPORT_INTERVAL_S
     gang: GangEnvironment | None = None
     """The gang across nodes this process belongs to; ``None`` for a one-node job."""
+    checkpoint_prefetch: str = DEFAULT_CHECKPOINT_PREFETCH
+    """When the checkpoint is read ahead: ``auto``, ``1`` or ``0`` (:data:`ENV_CHECKPOINT_PREFETCH`)."""
+    checkpoint_prefetch_min_mib: int = DEFAULT_CHECKPOINT_PREFETCH_MIN_MIB
+    """The smallest state file it reads ahead (:data:`ENV_CHECKPOINT_PREFETCH_MIN_MIB`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobEnvironment:
@@ -180,4 +228,6 @@ class JobEnvironment:
             grace_s=seconds(contract.ENV_GRACE_S, contract.DEFAULT_GRACE_S),
             report_interval_s=seconds(contract.ENV_REPORT_INTERVAL_S, contract.DEFAULT_REPORT_INTERVAL_S),
             gang=GangEnvironment.from_env(env),
+            checkpoint_prefetch=checkpoint_prefetch(env),
+            checkpoint_prefetch_min_mib=checkpoint_prefetch_min_mib(env),
         )

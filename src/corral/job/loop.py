@@ -46,6 +46,7 @@ from corral.job.device import Device, TorchDevice
 from corral.job.env import GangEnvironment, JobEnvironment
 from corral.job.gang import KIND_DIRECTIVE, KIND_SAVE, Entry, Gang, margin_steps
 from corral.job.memory import DEFAULT_MAX_MICRO_BATCHES, ElasticStep, LossFn, Residency
+from corral.job.prefetch import claim_prefetch
 from corral.job.throttle import DutyCycle
 
 if TYPE_CHECKING:
@@ -155,6 +156,9 @@ class Job:
         """Whether this run started from a checkpoint."""
         self.checkpoint_path: Path | None = None
         """The checkpoint this run resumed from, or (once written) the one it saved."""
+        self.prefetched = False
+        """Whether the restore used the checkpoint state read ahead in the background (:mod:`corral.job.checkpoint`,
+        "checkpoint prefetch")."""
         self.last_step_s = 0.0
         """Wall time of the last completed step (seconds)."""
 
@@ -816,8 +820,13 @@ class Job:
     # -- checkpoints -------------------------------------------------------------------------------------------
     def _restore(self) -> None:
         assert self._store is not None
+        # The checkpoint prefetch started when corral.job was imported (or when a warm worker was handed the job):
+        # taken now, used or not, so that its memory goes with this restore.
+        prefetch = claim_prefetch()
         path = self._store.latest()
         if path is None:
+            if prefetch is not None:
+                logger.warning("corral.job: checkpoint prefetch not used: %s has no checkpoint now", self._store.root)
             return
         meta = read_meta(path)
         try:
@@ -849,7 +858,11 @@ class Job:
         if saved_batch is not None:
             self.batch_size = int(saved_batch)
         if self._objects:
-            load_state(path / STATE_NAME, self._objects)
+            saved = prefetch.take(path / STATE_NAME) if prefetch is not None else None
+            load_state(path / STATE_NAME, self._objects, saved)
+            self.prefetched = saved is not None
+        elif prefetch is not None:
+            logger.info("corral.job: checkpoint prefetch not used: Job() was given no objects to restore")
         if self._load_hook is not None:
             self._load_hook(path)
         self.start_step = self.global_step
@@ -858,7 +871,8 @@ class Job:
         if self._verbose:
             print(
                 f"corral.job: resumed from {path} at step {self.global_step} "
-                f"(epoch {self.epoch}, step {self.step_in_epoch} of the epoch)",
+                f"(epoch {self.epoch}, step {self.step_in_epoch} of the epoch"
+                f"{'; state prefetched' if self.prefetched else ''})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -9,8 +9,9 @@ the agent sends the run's directory, command, environment and working directory,
 descriptor; the zygote forks, and the child becomes the run's shim exactly as a cold one would be: its own session
 and process group, stdout and stderr in the job's log, the shim's records (``pid``, ``child``, ``exit.json``), its
 signals forwarded, its exit code the job's. The shim then forks the job's process, which takes the job's
-environment, working directory and ``sys.argv`` and runs the script (or ``-m`` module) as ``__main__``, with the
-already imported modules at hand.
+environment, working directory and ``sys.argv``, starts reading the checkpoint it resumes from in the background
+(the checkpoint prefetch of :mod:`corral.job.checkpoint`, unless ``CORRAL_CHECKPOINT_PREFETCH=0``), and runs the
+script (or ``-m`` module) as ``__main__``, with the already imported modules at hand.
 
 Why a fork server rather than a pool of workers that wait for a job (PipeSwitch): every run gets a fresh copy of
 the warm process, so nothing one job does can reach another (a used worker is never reused, by construction), and
@@ -226,8 +227,9 @@ def serve(path: str) -> None:
 
 def _warm_up() -> None:
     """Make an optimizer once, on a CPU layer: its first construction imports much more of torch (torch._dynamo,
-    sympy: over 800 modules, 1.3 s on the 2-core development machine), which every job would pay again. It
-    computes nothing, so no thread pool is started (fork and threads do not mix)."""
+    sympy: over 800 modules, 1.3 s on the 2-core development machine), which every job would pay again; and save
+    and load a tensor once, as a resuming job's restore (and its checkpoint prefetch) does first thing. It computes
+    nothing, so no thread pool is started (fork and threads do not mix)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -235,6 +237,13 @@ def _warm_up() -> None:
         layer = torch.nn.Linear(1, 1)
         for make in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
             make(layer.parameters(), lr=0.1)
+    with contextlib.suppress(Exception):
+        import io
+
+        buffer = io.BytesIO()
+        torch.save({"weight": torch.zeros(1)}, buffer)
+        buffer.seek(0)
+        torch.load(buffer, map_location="cpu", weights_only=True)
 
 
 def _reap(_signum: int, _frame: object) -> None:
@@ -349,6 +358,7 @@ def _job(form: WarmCommand, env: Mapping[str, str]) -> int:
     if form.unbuffered or env.get("PYTHONUNBUFFERED"):
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    _prefetch(env)
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if form.script is not None:
         sys.path[:0] = [os.path.dirname(os.path.abspath(form.script)), *extra]
@@ -384,6 +394,18 @@ def _job(form: WarmCommand, env: Mapping[str, str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return code
+
+
+def _prefetch(env: Mapping[str, str]) -> None:
+    """Start the job's checkpoint prefetch (:func:`corral.job.prefetch.prefetch_from_env`) before its script
+    runs: the checkpoint is read while the script imports and builds its model (the script's own ``import
+    corral.job`` runs nothing again: the zygote imported it, with no checkpoint directory in its environment)."""
+    try:
+        from corral.job.prefetch import prefetch_from_env
+    except Exception as e:  # corral.job cannot be imported here: the script will say so itself if it needs it
+        print(f"corral: checkpoint prefetch not started: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return
+    prefetch_from_env(env)
 
 
 def _exit_code(value: object) -> int:
