@@ -38,31 +38,35 @@ The rules, each with the section of the paper it comes from:
 
 Gandiva does not know job durations, and this policy never reads them. Every index it keeps (running jobs by
 size and slice start, packable running jobs by size, GPU type and co-location type, waiting jobs by size and
-co-location type, packed pairs, spread jobs) is updated in :meth:`GandivaPolicy.on_job_changed`, so a round
-costs O(jobs it acts on + size classes), never a scan of all jobs or GPUs.
+co-location type, packed pairs, spread jobs) is updated in :meth:`GandivaPolicy.on_job_changed` (where a job ran
+is read from the change, not kept), so a round costs O(jobs it acts on + size classes), never a scan of all jobs
+or GPUs. A round is a :class:`~corral.policies.framework.round.Round` that also counts what the wake-up needs,
+in these steps: judge packed pairs and re-seat packed jobs left alone; place waiting jobs (defragmenting for a
+gang); pack; time-slice; resume elsewhere the jobs it sent back to the queue; consolidate spread jobs.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sortedcontainers import SortedList
 
 from corral.core.cluster import Topology
-from corral.core.decisions import Action, Decision, Launch, Preempt
+from corral.core.decisions import Decision
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
-from corral.policies.framework.contract import BasePolicy, PolicyConfig, allowed_types
-from corral.policies.framework.placement import PlacementStrategy, place
+from corral.policies.framework.contract import BasePolicy, PolicyConfig
+from corral.policies.framework.placement import PlacementStrategy
 from corral.policies.framework.planner import Planner
-from corral.policies.framework.preemption import place_on_free
-from corral.policies.framework.queues import PendingWalk
+from corral.policies.framework.queues import KeyedQueue, PendingWalk
 from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_reason
+from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 from corral.workloads.colocation import ColocationTable, gavel_gpu, load_colocation, pair_rates
 from corral.workloads.models import traits
@@ -185,28 +189,28 @@ class _Cursor:
             self._skipped.remove(job_id)
 
 
-@dataclass(slots=True)
-class _Round:
-    """What one scheduling round has planned so far."""
+class _Round(Round):
+    """One scheduling round, with what Gandiva counts while it plans: how many waiting jobs of each size it
+    launched and sent back to the queue, and whether it packed a pair (for the wake-up, :meth:`_next_wake`)."""
 
-    view: ClusterView
+    __slots__ = ("backfill", "fresh", "moves_left", "packed", "queued", "requeued", "taken")
+
     planner: _Planner
-    now_s: float
-    actions: list[Action]
-    busy: set[str]  # jobs already acted on this round: no second action for them
-    moves_left: int
-    packed: bool = False
-    taken: dict[int, int] = field(default_factory=dict)  # size -> waiting whole-GPU jobs launched this round
-    queued: dict[int, int] = field(default_factory=dict)  # size -> jobs sent back to the queue this round
-    fresh: set[int] = field(default_factory=set)  # sizes of jobs that start a slice (a whole share) now
-    waiting: dict[str, str] = field(default_factory=dict)  # why each job examined and not started waits
-    requeued: list[JobView] = field(default_factory=list)  # jobs sent back to the queue this round, in order
-    backfill: bool = True  # False: a job that waited reserve_after_s holds what is free (see _fill)
 
-    def launch(self, job: JobView, placement: Placement, waiting: bool) -> None:
+    def __init__(self, view: ClusterView, now_s: float, moves_left: int) -> None:
+        super().__init__(view, now_s, _Planner(view))
+        self.moves_left = moves_left
+        self.packed = False
+        self.taken: dict[int, int] = {}  # size -> waiting whole-GPU jobs launched this round
+        self.queued: dict[int, int] = {}  # size -> jobs sent back to the queue this round
+        self.fresh: set[int] = set()  # sizes of jobs that start a slice (a whole share) now
+        self.requeued: list[JobView] = []  # jobs sent back to the queue this round, in order
+        self.backfill = True  # False: a job that waited reserve_after_s holds what is free (see _fill)
+
+    def start(self, job: JobView, placement: Placement, waiting: bool) -> None:
+        """:meth:`launch` ``job`` (``waiting``: from the queue, not a running job re-seated or moved), counted."""
         spec = job.spec
-        self.actions.append(Launch(spec.job_id, placement))
-        self.busy.add(spec.job_id)
+        self.launch(spec.job_id, placement)
         if spec.gpu_milli == FULL_GPU_MILLI:
             k = spec.num_gpus
             if waiting:
@@ -215,12 +219,11 @@ class _Round:
                 self.fresh.add(k)
 
     def suspend(self, job: JobView, reason: str) -> None:
-        """Send a running whole-GPU job back to the queue, suspended."""
-        spec = job.spec
-        self.actions.append(Preempt(spec.job_id, reason, suspend=True))
+        """Send a running whole-GPU job back to the queue, suspended (its GPUs back in the planner)."""
+        self.preempt(job, reason, suspend=True)
         self.requeued.append(job)
-        self.busy.add(spec.job_id)
-        self.queued[spec.num_gpus] = self.queued.get(spec.num_gpus, 0) + 1
+        k = job.spec.num_gpus
+        self.queued[k] = self.queued.get(k, 0) + 1
 
 
 class GandivaPolicy(BasePolicy):
@@ -239,17 +242,16 @@ class GandivaPolicy(BasePolicy):
         self._gavel: tuple[str, ...] = ()
         self._node_size: tuple[int, ...] = ()  # per GPU type: the most GPUs a node of it has
         # Running whole-GPU jobs at a whole share: by size, (slice start, id) sorted (time-slicing victims).
-        self._slices: dict[int, SortedList] = {}
-        self._slice_of: dict[str, tuple[int, tuple[float, str]]] = {}
+        self._slices: KeyedQueue[int] = KeyedQueue()
         # The same jobs with a known co-location type, by size -> (GPU type, co-location type) (packing hosts).
         self._hosts: dict[int, dict[tuple[int, str], dict[str, None]]] = {}
-        self._host_of: dict[str, tuple[int, tuple[int, str]]] = {}
         # Running jobs spread over more nodes than they need: (GPU type, size) -> ids (locality migration).
         self._spread: dict[tuple[int, int], dict[str, None]] = {}
-        self._spread_of: dict[str, tuple[int, int]] = {}
-        # Pending whole-GPU jobs in queue order: by size, and by (size, co-location type) for packing.
-        self._waiting: dict[int, dict[str, None]] = {}
-        self._waiting_pack: dict[tuple[int, str], dict[str, None]] = {}
+        # Pending whole-GPU jobs in queue order, entries (when it entered, id): by size, and by (size, co-location
+        # type) for packing.
+        self._waiting: KeyedQueue[int] = KeyedQueue()
+        self._waiting_pack: KeyedQueue[tuple[int, str]] = KeyedQueue()
+        self._entered = itertools.count()
         # Packed jobs: partner (None once it left), lone ones, partners planned this round, pairs to judge.
         self._partner: dict[str, str | None] = {}
         self._lone: dict[str, None] = {}
@@ -271,11 +273,12 @@ class GandivaPolicy(BasePolicy):
 
     def on_job_changed(self, job: JobView, before: Placement | None, now_s: float) -> None:
         spec = job.spec
-        job_id = spec.job_id
-        self._forget_running(job_id)
-        self._forget_waiting(spec)
         if spec.gpu_milli != FULL_GPU_MILLI:
             return  # fractional jobs are placed like any other, never time-sliced, packed or moved
+        job_id = spec.job_id
+        self._forget_running(spec, before)
+        self._waiting.remove(job_id)
+        self._waiting_pack.remove(job_id)
         phase = job.phase
         if phase is JobPhase.RUNNING:
             placement = job.placement
@@ -287,10 +290,11 @@ class GandivaPolicy(BasePolicy):
         elif phase is JobPhase.PENDING:
             self._unpair(job_id)
             k = spec.num_gpus
-            self._waiting.setdefault(k, {})[job_id] = None
+            entry = (next(self._entered), job_id)
+            self._waiting.add(k, entry)
             ctype = self._ctype(spec.model)
             if ctype:
-                self._waiting_pack.setdefault((k, ctype), {})[job_id] = None
+                self._waiting_pack.add((k, ctype), entry)
         else:
             self._unpair(job_id)
             for other in self._bad.pop(job_id, ()):
@@ -323,7 +327,7 @@ class GandivaPolicy(BasePolicy):
         cfg = self.config
         assert isinstance(cfg, GandivaConfig)
         self._bind(view)
-        rnd = _Round(view, _Planner(view), now_s, [], set(), cfg.max_migrations if cfg.migration else 0)
+        rnd = _Round(view, now_s, cfg.max_migrations if cfg.migration else 0)
         lone = list(self._lone)
         if self._judge:
             lone += self._introspect(rnd, cfg)
@@ -339,8 +343,7 @@ class GandivaPolicy(BasePolicy):
             self._resume_elsewhere(rnd)
         if rnd.moves_left and self._spread:
             self._consolidate(rnd)
-        waiting = {job_id: why for job_id, why in rnd.waiting.items() if job_id not in rnd.busy}
-        return Decision(tuple(rnd.actions), wake_at_s=self._next_wake(rnd, cfg), waiting=waiting)
+        return rnd.decision(self._next_wake(rnd, cfg))
 
     # -- indexes ----------------------------------------------------------------------------------------------
     def _bind(self, view: ClusterView) -> None:
@@ -351,55 +354,37 @@ class GandivaPolicy(BasePolicy):
             )
             self._node_size = tuple(view.max_node_gpus(t) for t in range(len(topo.type_names)))
 
-    def _forget_running(self, job_id: str) -> None:
-        entry = self._slice_of.pop(job_id, None)
-        if entry is not None:
-            k, key = entry
-            slices = self._slices[k]
-            slices.remove(key)
-            if not slices:
-                del self._slices[k]
-        host = self._host_of.pop(job_id, None)
-        if host is not None:
-            k, bucket_key = host
-            buckets = self._hosts[k]
-            bucket = buckets[bucket_key]
-            del bucket[job_id]
-            if not bucket:
-                del buckets[bucket_key]
-                if not buckets:
-                    del self._hosts[k]
-        spread = self._spread_of.pop(job_id, None)
-        if spread is not None:
-            jobs = self._spread[spread]
-            del jobs[job_id]
-            if not jobs:
-                del self._spread[spread]
-
-    def _forget_waiting(self, spec: JobSpec) -> None:
-        k = spec.num_gpus
-        waiting = self._waiting.get(k)
-        if waiting is None or spec.job_id not in waiting:
+    def _forget_running(self, spec: JobSpec, before: Placement | None) -> None:
+        """Take a job that ran on ``before`` (``None``: it ran nowhere) out of the running jobs' indexes."""
+        job_id = spec.job_id
+        self._slices.remove(job_id)
+        if before is None:
             return
-        del waiting[spec.job_id]
-        if not waiting:
-            del self._waiting[k]
-        ctype = self._ctype(spec.model)
-        if ctype:
-            key = (k, ctype)
-            bucket = self._waiting_pack[key]
-            del bucket[spec.job_id]
-            if not bucket:
-                del self._waiting_pack[key]
+        topo = self._topo
+        assert topo is not None
+        t, k = topo.gpu_type[before.gpus[0]], spec.num_gpus
+        buckets = self._hosts.get(k)
+        if buckets is not None:
+            bucket_key = (t, self._ctype(spec.model))
+            bucket = buckets.get(bucket_key)
+            if bucket is not None and job_id in bucket:
+                del bucket[job_id]
+                if not bucket:
+                    del buckets[bucket_key]
+                    if not buckets:
+                        del self._hosts[k]
+        spread = self._spread.get((t, k))
+        if spread is not None and job_id in spread:
+            del spread[job_id]
+            if not spread:
+                del self._spread[(t, k)]
 
     def _index_running(self, job: JobView, placement: Placement) -> None:
         spec = job.spec
         job_id = spec.job_id
         k = spec.num_gpus
         start = job.last_start_s if job.last_start_s is not None else 0.0
-        key = (start, job_id)
-        self._slices.setdefault(k, SortedList()).add(key)
-        self._slice_of[job_id] = (k, key)
+        self._slices.add(k, (start, job_id))
         topo = self._topo
         assert topo is not None
         t = topo.gpu_type[placement.gpus[0]]
@@ -407,10 +392,8 @@ class GandivaPolicy(BasePolicy):
         if ctype:
             bucket_key = (t, ctype)
             self._hosts.setdefault(k, {}).setdefault(bucket_key, {})[job_id] = None
-            self._host_of[job_id] = (k, bucket_key)
         if k > 1 and _nodes(topo, placement.gpus) > -(-k // max(1, self._node_size[t])):
             self._spread.setdefault((t, k), {})[job_id] = None
-            self._spread_of[job_id] = (t, k)
 
     def _joined(self, job_id: str, now_s: float) -> None:
         """A packed launch: pair it with the partner planned for it, once both run."""
@@ -486,7 +469,6 @@ class GandivaPolicy(BasePolicy):
                 continue
             self._bad.setdefault(job_id, set()).add(partner)
             self._bad.setdefault(partner, set()).add(job_id)
-            rnd.planner.release(job)
             rnd.suspend(job, f"gandiva: unpack from {partner} (observed {mine:.2f} + {theirs:.2f})")
             self.counts["unpack"] += 1
             alone.append(partner)
@@ -511,8 +493,8 @@ class GandivaPolicy(BasePolicy):
                 planner.take_share(job.spec, placement.gpus, placement.gpu_milli)
                 continue
             whole = planner.take_share(job.spec, placement.gpus, FULL_GPU_MILLI)
-            rnd.actions.append(Preempt(job_id, "gandiva: alone again, back to a whole share", suspend=True))
-            rnd.launch(job, whole, waiting=False)
+            rnd.preempt(job, "gandiva: alone again, back to a whole share", suspend=True, release=False)
+            rnd.start(job, whole, waiting=False)
             self.counts["reseat"] += 1
 
     def _partner_from_queue(self, rnd: _Round, host: JobView, placement: Placement, cfg: GandivaConfig) -> bool:
@@ -527,14 +509,14 @@ class GandivaPolicy(BasePolicy):
         ranked = sorted(
             (
                 (gain, wtype)
-                for (size, wtype) in self._waiting_pack
+                for (size, wtype) in self._waiting_pack.groups
                 if size == k and (gain := self._gain(wtype, host_type, t)) >= 1.0 + cfg.pack_threshold
             ),
             reverse=True,
         )
         slot = FULL_GPU_MILLI - placement.gpu_milli
         for _gain, wtype in ranked:
-            for looked, wid in enumerate(self._waiting_pack[(k, wtype)]):
+            for looked, (_entered, wid) in enumerate(self._waiting_pack.get((k, wtype))):
                 if looked >= _SCAN:
                     break
                 if wid in rnd.busy or self._is_bad(wid, host_id):
@@ -542,7 +524,7 @@ class GandivaPolicy(BasePolicy):
                 job = rnd.view.job(wid)
                 if _pinned_elsewhere(job, placement.gpus) or not rnd.planner.can_take(job.spec, placement.gpus, slot):
                     continue
-                rnd.launch(job, rnd.planner.take_share(job.spec, placement.gpus, slot), waiting=True)
+                rnd.start(job, rnd.planner.take_share(job.spec, placement.gpus, slot), waiting=True)
                 self._planned[wid] = host_id
                 rnd.packed = True
                 self.counts["pack"] += 1
@@ -564,15 +546,15 @@ class GandivaPolicy(BasePolicy):
             spec = job.spec
             if spec.job_id in rnd.busy:
                 continue
-            types = allowed_types(view, spec)
+            types = rnd.types(spec)
             if planner.total_free() == 0 and (shape.whole or not planner.has_partial()):
-                rnd.waiting[spec.job_id] = blocked_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED)
+                rnd.wait(spec.job_id, blocked_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED))
                 if not backfill or not planner.has_partial():
                     break
                 walk.block(shape)
                 continue
             if not planner.quota_allows(spec):
-                rnd.waiting[spec.job_id] = quota_reason(planner, spec)
+                rnd.wait(spec.job_id, quota_reason(planner, spec))
                 walk.block(shape, quota=True)
                 if not backfill:
                     break
@@ -583,18 +565,18 @@ class GandivaPolicy(BasePolicy):
                 placement = planner.take_share(spec, held.gpus, spec.gpu_milli)
             elif held is not None and not job.movable:
                 # Its state cannot leave those GPUs (live: a run that does not checkpoint): it waits for them.
-                rnd.waiting[spec.job_id] = "waiting for the GPUs it was suspended from (its run does not checkpoint)"
+                rnd.wait(spec.job_id, "waiting for the GPUs it was suspended from (its run does not checkpoint)")
                 if not backfill:
                     break
                 continue
             if placement is None and rnd.moves_left and shape.whole and spec.num_gpus > 1:
                 placement = self._defragment(rnd, spec, types)
             if placement is None:
-                placement = place(planner, spec, PlacementStrategy.CONSOLIDATED, types)
+                placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED, types)
             if placement is not None:
-                rnd.launch(job, placement, waiting=True)
+                rnd.start(job, placement, waiting=True)
                 continue
-            rnd.waiting[spec.job_id] = fit_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED)
+            rnd.wait(spec.job_id, fit_reason(planner, spec, types, PlacementStrategy.CONSOLIDATED))
             walk.block(shape)
             if not backfill:
                 break
@@ -609,15 +591,16 @@ class GandivaPolicy(BasePolicy):
         ``reserve_after_s`` holds what is free. Placed in the order they were suspended."""
         if not rnd.backfill:
             return
-        view, planner = rnd.view, rnd.planner
         for job in rnd.requeued:
             if not job.movable:
                 continue
             spec = job.spec
-            placement = place_on_free(view, planner, spec, PlacementStrategy.CONSOLIDATED)
+            if rnd.fits(spec) is not None:
+                continue
+            placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED)
             if placement is None:
                 continue
-            rnd.launch(job, placement, waiting=False)
+            rnd.start(job, placement, waiting=False)
             rnd.queued[spec.num_gpus] -= 1
             self.counts["migrate"] += 1
 
@@ -650,12 +633,12 @@ class GandivaPolicy(BasePolicy):
                     for mover in movers:
                         planner.release(mover)
                     placement = planner.take(spec, planner.node_free_gpus(node)[:k])
+                    reason = f"gandiva: defragment node {topo.node_names[node]} for {spec.job_id}"
                     for mover in movers:
-                        moved = place(planner, mover.spec, PlacementStrategy.CONSOLIDATED, (t,))
+                        moved = rnd.place(mover.spec, PlacementStrategy.CONSOLIDATED, (t,))
                         assert moved is not None  # enough free GPUs of type t off this node (checked above)
-                        reason = f"gandiva: defragment node {topo.node_names[node]} for {spec.job_id}"
-                        rnd.actions.append(Preempt(mover.spec.job_id, reason))
-                        rnd.launch(mover, moved, waiting=False)
+                        rnd.preempt(mover, reason, release=False)
+                        rnd.start(mover, moved, waiting=False)
                     rnd.moves_left -= need
                     self.counts["migrate"] += need
                     return placement
@@ -706,10 +689,10 @@ class GandivaPolicy(BasePolicy):
                 old = job.placement
                 assert old is not None
                 planner.release(job)
-                new = place(planner, job.spec, PlacementStrategy.CONSOLIDATED, (t,))
+                new = rnd.place(job.spec, PlacementStrategy.CONSOLIDATED, (t,))
                 if new is not None and _nodes(topo, new.gpus) < _nodes(topo, old.gpus):
-                    rnd.actions.append(Preempt(job_id, "gandiva: consolidate for locality"))
-                    rnd.launch(job, new, waiting=False)
+                    rnd.preempt(job, "gandiva: consolidate for locality", release=False)
+                    rnd.start(job, new, waiting=False)
                     rnd.moves_left -= 1
                     self.counts["migrate"] += 1
                     continue
@@ -723,7 +706,7 @@ class GandivaPolicy(BasePolicy):
         """Pack waiting jobs beside running jobs of their size where the pair is predicted to gain most."""
         view = rnd.view
         cursors: dict[tuple[int, tuple[int, str]], _Cursor] = {}
-        for (k, wtype), waiting in list(self._waiting_pack.items()):
+        for (k, wtype), waiting in self._waiting_pack.items():
             buckets = self._hosts.get(k)
             if not buckets:
                 continue
@@ -736,7 +719,7 @@ class GandivaPolicy(BasePolicy):
                 reverse=True,
             )
             misses = 0
-            for wid in waiting:
+            for _entered, wid in waiting:
                 if not ranked or misses >= _SCAN:
                     break
                 if wid in rnd.busy:
@@ -744,7 +727,7 @@ class GandivaPolicy(BasePolicy):
                 job = view.job(wid)
                 if job.suspended_from is not None and not job.movable:
                     continue  # it resumes only where it was suspended (_fill, _time_slice)
-                types = allowed_types(view, job.spec)
+                types = rnd.types(job.spec)
                 host = None
                 for _gain, key in ranked:
                     if key[0] not in types:
@@ -794,11 +777,9 @@ class GandivaPolicy(BasePolicy):
         host_id, wid = host.spec.job_id, job.spec.job_id
         placement = host.placement
         assert placement is not None
-        planner.release(host)
-        half = planner.take_share(host.spec, placement.gpus, PACK_SHARE)
-        rnd.actions.append(Preempt(host_id, f"gandiva: pack {wid} beside it", suspend=True))
-        rnd.launch(host, half, waiting=False)
-        rnd.launch(job, planner.take_share(job.spec, placement.gpus, PACK_SHARE), waiting=True)
+        rnd.preempt(host, f"gandiva: pack {wid} beside it", suspend=True)
+        rnd.start(host, planner.take_share(host.spec, placement.gpus, PACK_SHARE), waiting=False)
+        rnd.start(job, planner.take_share(job.spec, placement.gpus, PACK_SHARE), waiting=True)
         self._planned[host_id] = wid
         self._planned[wid] = host_id
         rnd.packed = True
@@ -810,12 +791,12 @@ class GandivaPolicy(BasePolicy):
         view, planner = rnd.view, rnd.planner
         cutoff = rnd.now_s - cfg.quantum_s
         for k, waiting in self._waiting.items():
-            slices = self._slices.get(k)
+            slices = self._slices.groups.get(k)
             if not slices or slices[0][0] > cutoff:
                 continue
             due = _Due(slices, slices.bisect_right((cutoff, _MAX_ID)))
             misses = 0
-            for wid in waiting:
+            for _entered, wid in waiting:
                 if misses >= _SCAN or due.empty():
                     break
                 if wid in rnd.busy:
@@ -829,9 +810,8 @@ class GandivaPolicy(BasePolicy):
                     continue
                 placement = victim.placement
                 assert placement is not None
-                planner.release(victim)
                 rnd.suspend(victim, f"gandiva: time slice, {wid} waits")
-                rnd.launch(job, planner.take_share(job.spec, placement.gpus, FULL_GPU_MILLI), waiting=True)
+                rnd.start(job, planner.take_share(job.spec, placement.gpus, FULL_GPU_MILLI), waiting=True)
                 self.counts["suspend"] += 1
 
     def _home_victim(self, rnd: _Round, job: JobView, cutoff: float) -> JobView | None:
@@ -843,7 +823,7 @@ class GandivaPolicy(BasePolicy):
         if len(holders) != 1:
             return None
         (holder,) = holders
-        entry = self._slice_of.get(holder)
+        entry = self._slices.entry.get(holder)
         if holder in rnd.busy or entry is None or entry[0] != job.spec.num_gpus or entry[1][0] > cutoff:
             return None
         victim = rnd.view.job(holder)
@@ -894,12 +874,12 @@ class GandivaPolicy(BasePolicy):
         if cfg.time_slicing and (self._waiting or rnd.queued):
             # A size whose waiting jobs were not all launched: the next slice of that size to end.
             cutoff = now - cfg.quantum_s
-            for k in self._waiting.keys() | rnd.queued.keys():
-                if len(self._waiting.get(k, ())) + rnd.queued.get(k, 0) <= rnd.taken.get(k, 0):
+            for k in self._waiting.groups.keys() | rnd.queued.keys():
+                if len(self._waiting.get(k)) + rnd.queued.get(k, 0) <= rnd.taken.get(k, 0):
                     continue
                 if k in rnd.fresh:
                     sooner(_slice_due(now, cfg.quantum_s))
-                slices = self._slices.get(k)
+                slices = self._slices.groups.get(k)
                 if slices:
                     i = slices.bisect_right((cutoff, _MAX_ID))
                     if i < len(slices):
