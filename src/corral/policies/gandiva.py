@@ -47,7 +47,6 @@ gang); pack; time-slice; resume elsewhere the jobs it sent back to the queue; co
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -249,9 +248,9 @@ class GandivaPolicy(BasePolicy):
         self._spread: dict[tuple[int, int], dict[str, None]] = {}
         # Pending whole-GPU jobs in queue order, entries (when it entered, id): by size, and by (size, co-location
         # type) for packing.
-        self._waiting: KeyedQueue[int] = KeyedQueue()
-        self._waiting_pack: KeyedQueue[tuple[int, str]] = KeyedQueue()
-        self._entered = itertools.count()
+        # (Insertion-ordered dicts, not KeyedQueues: a job enters at the back, so a dict keeps the queue order at O(1).)
+        self._waiting: dict[int, dict[str, None]] = {}
+        self._waiting_pack: dict[tuple[int, str], dict[str, None]] = {}
         # Packed jobs: partner (None once it left), lone ones, partners planned this round, pairs to judge.
         self._partner: dict[str, str | None] = {}
         self._lone: dict[str, None] = {}
@@ -277,8 +276,7 @@ class GandivaPolicy(BasePolicy):
             return  # fractional jobs are placed like any other, never time-sliced, packed or moved
         job_id = spec.job_id
         self._forget_running(spec, before)
-        self._waiting.remove(job_id)
-        self._waiting_pack.remove(job_id)
+        self._forget_waiting(spec)
         phase = job.phase
         if phase is JobPhase.RUNNING:
             placement = job.placement
@@ -290,11 +288,10 @@ class GandivaPolicy(BasePolicy):
         elif phase is JobPhase.PENDING:
             self._unpair(job_id)
             k = spec.num_gpus
-            entry = (next(self._entered), job_id)
-            self._waiting.add(k, entry)
+            self._waiting.setdefault(k, {})[job_id] = None
             ctype = self._ctype(spec.model)
             if ctype:
-                self._waiting_pack.add((k, ctype), entry)
+                self._waiting_pack.setdefault((k, ctype), {})[job_id] = None
         else:
             self._unpair(job_id)
             for other in self._bad.pop(job_id, ()):
@@ -357,7 +354,8 @@ class GandivaPolicy(BasePolicy):
     def _forget_running(self, spec: JobSpec, before: Placement | None) -> None:
         """Take a job that ran on ``before`` (``None``: it ran nowhere) out of the running jobs' indexes."""
         job_id = spec.job_id
-        self._slices.remove(job_id)
+        if job_id in self._slices.entry:
+            self._slices.remove(job_id)
         if before is None:
             return
         topo = self._topo
@@ -378,6 +376,22 @@ class GandivaPolicy(BasePolicy):
             del spread[job_id]
             if not spread:
                 del self._spread[(t, k)]
+
+    def _forget_waiting(self, spec: JobSpec) -> None:
+        k = spec.num_gpus
+        waiting = self._waiting.get(k)
+        if waiting is None or spec.job_id not in waiting:
+            return
+        del waiting[spec.job_id]
+        if not waiting:
+            del self._waiting[k]
+        ctype = self._ctype(spec.model)
+        if ctype:
+            key = (k, ctype)
+            bucket = self._waiting_pack[key]
+            del bucket[spec.job_id]
+            if not bucket:
+                del self._waiting_pack[key]
 
     def _index_running(self, job: JobView, placement: Placement) -> None:
         spec = job.spec
@@ -509,14 +523,14 @@ class GandivaPolicy(BasePolicy):
         ranked = sorted(
             (
                 (gain, wtype)
-                for (size, wtype) in self._waiting_pack.groups
+                for (size, wtype) in self._waiting_pack
                 if size == k and (gain := self._gain(wtype, host_type, t)) >= 1.0 + cfg.pack_threshold
             ),
             reverse=True,
         )
         slot = FULL_GPU_MILLI - placement.gpu_milli
         for _gain, wtype in ranked:
-            for looked, (_entered, wid) in enumerate(self._waiting_pack.get((k, wtype))):
+            for looked, wid in enumerate(self._waiting_pack[(k, wtype)]):
                 if looked >= _SCAN:
                     break
                 if wid in rnd.busy or self._is_bad(wid, host_id):
@@ -719,7 +733,7 @@ class GandivaPolicy(BasePolicy):
                 reverse=True,
             )
             misses = 0
-            for _entered, wid in waiting:
+            for wid in waiting:
                 if not ranked or misses >= _SCAN:
                     break
                 if wid in rnd.busy:
@@ -796,7 +810,7 @@ class GandivaPolicy(BasePolicy):
                 continue
             due = _Due(slices, slices.bisect_right((cutoff, _MAX_ID)))
             misses = 0
-            for _entered, wid in waiting:
+            for wid in waiting:
                 if misses >= _SCAN or due.empty():
                     break
                 if wid in rnd.busy:
@@ -874,8 +888,8 @@ class GandivaPolicy(BasePolicy):
         if cfg.time_slicing and (self._waiting or rnd.queued):
             # A size whose waiting jobs were not all launched: the next slice of that size to end.
             cutoff = now - cfg.quantum_s
-            for k in self._waiting.groups.keys() | rnd.queued.keys():
-                if len(self._waiting.get(k)) + rnd.queued.get(k, 0) <= rnd.taken.get(k, 0):
+            for k in self._waiting.keys() | rnd.queued.keys():
+                if len(self._waiting.get(k, ())) + rnd.queued.get(k, 0) <= rnd.taken.get(k, 0):
                     continue
                 if k in rnd.fresh:
                     sooner(_slice_due(now, cfg.quantum_s))
