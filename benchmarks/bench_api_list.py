@@ -35,7 +35,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import free_port, wait_healthy
 
-from corral.core.job import JobSpec, JobStatus
+from corral.core.job import JobSpec
+from corral.core.status import JobStatus
 from corral.live.records import JobRequest, ProcessState
 from corral.live.store import Store
 

@@ -10,8 +10,9 @@ import pytest
 
 from corral.core.decisions import Decision, Launch, Preempt, Reject
 from corral.core.errors import CorralError, JobSpecError
-from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.job import JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.tenant import Tenant
 
 

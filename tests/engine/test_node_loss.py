@@ -22,8 +22,9 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Decision, Launch, Preempt
 from corral.core.errors import InvariantViolation
 from corral.core.events import JobFinished, JobSubmitted, NodeJoined, NodeLost
-from corral.core.job import FULL_GPU_MILLI, JobPhase, JobStatus, JobView
+from corral.core.job import FULL_GPU_MILLI, JobPhase, JobView
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.engine.clock import VirtualClock
 from corral.engine.executor import EventSink
 from corral.engine.loop import Engine

@@ -700,8 +700,9 @@ def test_the_event_feed_shows_a_tenant_its_own_jobs_events_numbered_on_their_own
 
 def test_a_suspended_job_says_which_nodes_hold_its_state() -> None:
     from corral.cli.live import _job_phase
-    from corral.core.job import JobSpec, JobStatus
+    from corral.core.job import JobSpec
     from corral.core.placement import Placement
+    from corral.core.status import JobStatus
     from corral.live.api.models import job_out
     from corral.live.records import JobRecord, JobRequest, ProcessState
 

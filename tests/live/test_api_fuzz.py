@@ -28,7 +28,8 @@ with warnings.catch_warnings():  # newer Starlette nags about httpx; the client 
     from fastapi.testclient import TestClient
 
 from corral.core import contract
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
+from corral.core.status import JobStatus
 from corral.core.tenant import Tenant
 from corral.live.agent import LaunchRequest, ProcessExited, ProcessStarted
 from corral.live.agent.gpus import GpuInfo, stand_in_gpus

@@ -25,7 +25,8 @@ from builders import cluster, job
 from corral.cli.live import load_job_file
 from corral.core.cluster import Cluster, Topology
 from corral.core.errors import InputError
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
+from corral.core.status import JobStatus
 from corral.core.wording import start_words
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from builders import job
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.live.agent import LaunchRequest, ProcessExited
 from corral.live.controller.executor import ExecutorLinks, LiveExecutor
 from corral.live.records import ProcessPhase, ProcessState

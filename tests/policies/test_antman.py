@@ -24,8 +24,9 @@ from corral.core.cluster import Cluster, Topology
 from corral.core.decisions import Action, Launch, Preempt, Resize
 from corral.core.errors import ConfigError
 from corral.core.events import DemandChanged, JobFinished
-from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.job import JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import VirtualClock
 from corral.engine.executor import EventSink
@@ -179,6 +180,29 @@ def check_downgrades(state: ClusterState, actions: list[Any]) -> None:
             assert state.job(a.job_id).spec.tenant in launched, f"{a.job_id} downgraded for no job of its tenant"
 
 
+class _CheckedEngine(Engine):
+    """The engine, with every round and action checked against the state's and AntMan's invariants."""
+
+    timer_rounds = 0
+
+    def _round(self, now: float) -> None:
+        log = self.decision_log
+        assert log is not None
+        first = len(log)
+        super()._round(now)
+        self.state.check_invariants()
+        check_downgrades(self.state, [entry.action for entry in log[first:]])
+
+    def _apply(self, action: Action, now: float) -> None:
+        check_action(self.state, action)
+        super()._apply(action, now)
+
+    def _handle(self, event: Any, now: float) -> bool:
+        if type(event).__name__ == "TimerFired":
+            self.timer_rounds += 1
+        return super()._handle(event, now)
+
+
 class Harness:
     """An engine with the fake executor; every round re-checks every invariant of the state and of AntMan."""
 
@@ -186,32 +210,12 @@ class Harness:
         topo = Topology(c)
         self.state = ClusterState(topo, c.tenants, queue_key=policy.queue_key)
         self.executor = FakeExecutor(self.state, **fake)
-        self.engine = Engine(self.state, policy, self.executor, VirtualClock(), record_decisions=True)
-        self.timer_rounds = 0
+        self.engine = _CheckedEngine(self.state, policy, self.executor, VirtualClock(), record_decisions=True)
         self.wakes: list[float | None] = []
-        engine = self.engine
-        original_round, original_apply, original_handle = engine._round, engine._apply, engine._handle
 
-        def checked_round(now: float) -> None:
-            log = self.engine.decision_log
-            assert log is not None
-            first = len(log)
-            original_round(now)
-            self.state.check_invariants()
-            check_downgrades(self.state, [entry.action for entry in log[first:]])
-
-        def checked_apply(action: Action, now: float) -> None:
-            check_action(self.state, action)
-            original_apply(action, now)
-
-        def counted_handle(event: Any, now: float) -> bool:
-            if type(event).__name__ == "TimerFired":
-                self.timer_rounds += 1
-            return original_handle(event, now)
-
-        engine._round = checked_round  # type: ignore[method-assign]
-        engine._apply = checked_apply  # type: ignore[method-assign]
-        engine._handle = counted_handle  # type: ignore[method-assign]
+    @property
+    def timer_rounds(self) -> int:
+        return self.engine.timer_rounds
 
     def run(self, jobs: Iterable[JobSpec], until_s: float | None = None) -> list[str]:
         self.engine.feed(sorted(jobs, key=lambda s: s.submit_s))

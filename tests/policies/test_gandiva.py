@@ -16,7 +16,8 @@ import pytest
 from builders import cluster, job, log, run, spans
 from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
-from corral.core.job import JobSpec, JobStatus
+from corral.core.job import JobSpec
+from corral.core.status import JobStatus
 from corral.policies import gandiva as gandiva_module
 from corral.policies.gandiva import GandivaConfig, GandivaPolicy
 from corral.policies.registry import make_policy, policy_class, policy_names

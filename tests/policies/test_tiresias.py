@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from builders import cluster, job, log, run, spans
 from corral.core.errors import ConfigError, InputError
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
+from corral.core.status import JobStatus
 from corral.policies.registry import make_policy
 from corral.policies.tiresias import GittinsIndex, TiresiasPolicy, read_gpu_time_samples
 from corral.sim.clusters import load_cluster

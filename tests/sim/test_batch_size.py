@@ -24,8 +24,9 @@ from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Preempt, SetBatchSize
 from corral.core.errors import InvariantViolation, JobSpecError, TraceError
 from corral.core.events import Event, JobFinished
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine

@@ -11,8 +11,9 @@ from builders import cluster, job
 from corral.core.cluster import Topology
 from corral.core.errors import ConfigError
 from corral.core.events import Event, JobFinished
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel

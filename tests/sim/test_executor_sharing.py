@@ -20,8 +20,9 @@ from builders import cluster, job
 from corral.core.cluster import Topology
 from corral.core.decisions import Action, Decision, Launch, Resize, Upgrade
 from corral.core.events import Event, JobFinished
-from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus, JobView
+from corral.core.job import JobClass, JobPhase, JobSpec, JobView
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine

@@ -13,8 +13,9 @@ import pytest
 from builders import EventSink, cluster, job, run
 from corral.core.cluster import Topology
 from corral.core.errors import TraceError
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.wording import plural
 from corral.policies.registry import make_policy
 from corral.sim.clusters import describe_cluster, load_cluster

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import cluster, job, run
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
+from corral.core.status import JobStatus
 from corral.policies.registry import make_policy
 from corral.sim.metrics import SUMMARY_KEYS, jain_index, job_rhos, mean_contention, per_tenant, summarize
 

@@ -19,8 +19,9 @@ import pytest
 from builders import EventSink, cluster, job, run
 from corral.core.cluster import Cluster, Topology
 from corral.core.events import DemandChanged, JobFinished
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.policies import make_policy
 from corral.sim.executor import SimExecutor
 from corral.sim.perf import PerfModel

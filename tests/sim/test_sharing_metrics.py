@@ -15,8 +15,9 @@ import pytest
 
 from builders import cluster, job, run
 from corral.core.decisions import Action, Decision, Launch, Upgrade
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.policies.framework.contract import BasePolicy
 from corral.policies.framework.view import ClusterView
 from corral.policies.registry import make_policy

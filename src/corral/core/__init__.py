@@ -16,8 +16,9 @@ from corral.core.errors import (
     TraceError,
 )
 from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
-from corral.core.job import JobClass, JobPhase, JobSpec, JobStatus, JobView
+from corral.core.job import JobClass, JobPhase, JobSpec, JobView
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.tenant import Tenant
 
 __all__ = [

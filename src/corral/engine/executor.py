@@ -36,8 +36,8 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from corral.core.events import DemandChanged, Event, JobFinished
-from corral.core.job import JobStatus
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 
 

@@ -57,8 +57,9 @@ from corral.core.events import (
     TelemetryReported,
     TimerFired,
 )
-from corral.core.job import JobPhase, JobSpec, JobStatus
+from corral.core.job import JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.clock import Clock
 from corral.engine.event_queue import EventQueue
@@ -139,6 +140,8 @@ class Engine:
         # Called after each round with its wall time in seconds (live: the round latency metric). None in a replay:
         # it costs a clock read per round only where someone reads it.
         self.on_round: Callable[[float], None] | None = None
+        # Called after each round, its decision applied, with the round's time (a replay's invariant checks; tests).
+        self.after_round: Callable[[float], None] | None = None
         self.submitted = 0
         self._batch_executor = executor if isinstance(executor, BatchSizeExecutor) else None
         self._loss_executor = executor if isinstance(executor, NodeLossExecutor) else None
@@ -383,6 +386,8 @@ class Engine:
         self._wake(decision, now)
         if timed is not None:
             timed(time.perf_counter() - t0)
+        if self.after_round is not None:
+            self.after_round(now)
 
     def _wake(self, decision: Decision, now: float) -> None:
         wake = decision.wake_at_s

@@ -68,8 +68,9 @@ from sortedcontainers import SortedList
 
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation, JobSpecError
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus, JobView, mem_given
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.policies.framework.view import PendingEntry, PendingShape
@@ -444,7 +445,7 @@ class ClusterState:
         return before
 
     def set_movable(self, job_id: str, movable: bool) -> JobStatus:
-        """Record whether a job keeps its progress when moved (see :class:`~corral.core.job.JobStatus`): live, a
+        """Record whether a job keeps its progress when moved (see :class:`~corral.core.status.JobStatus`): live, a
         new run is not movable until it says it checkpoints."""
         job = self._jobs.get(job_id)
         if job is None:

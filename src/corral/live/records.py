@@ -1,4 +1,4 @@
-"""What live mode keeps about a job besides the engine's :class:`~corral.core.job.JobStatus`: the command a user
+"""What live mode keeps about a job besides the engine's :class:`~corral.core.status.JobStatus`: the command a user
 submitted (:class:`JobRequest`), and the process side of its current run (:class:`ProcessState`). A
 :class:`JobRecord` is both together, as the durable store holds it and the API shows it.
 
@@ -16,8 +16,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from corral.core.errors import CorralError
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 
 if TYPE_CHECKING:

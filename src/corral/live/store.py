@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.core.errors import ConfigError
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
+from corral.core.status import JobStatus
 from corral.live.records import (
     JobRecord,
     JobRequest,

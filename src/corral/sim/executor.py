@@ -59,8 +59,9 @@ from collections.abc import Iterable
 from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation
 from corral.core.events import DemandChanged, JobFinished
-from corral.core.job import FULL_GPU_MILLI, JobSpec, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobSpec
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.engine.executor import EventSink
 from corral.sim.perf import PerfModel

@@ -42,7 +42,8 @@ from typing import Literal
 
 from corral.core.cluster import Cluster, Topology
 from corral.core.events import NodeLost, TimerFired
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
+from corral.core.status import JobStatus
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine
 from corral.engine.state import ClusterState

@@ -79,7 +79,8 @@ from typing import Any
 
 import numpy as np
 
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase
+from corral.core.status import JobStatus
 
 SUMMARY_KEYS = (
     "jobs_total",

@@ -26,7 +26,7 @@ from typing import Any
 
 from corral.core.cluster import Cluster, Topology
 from corral.core.errors import InputError
-from corral.core.job import JobStatus
+from corral.core.status import JobStatus
 from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
@@ -109,16 +109,14 @@ def simulate(
     engine = Engine(state, policy, executor, VirtualClock(), record_decisions=record_decisions)
     engine.feed(trace.jobs)
     if check_invariants or after_round is not None:
-        original = engine._round
 
         def checked_round(now: float) -> None:
-            original(now)
             if check_invariants:
                 state.check_invariants()
             if after_round is not None:
                 after_round(state, now)
 
-        engine._round = checked_round  # type: ignore[method-assign]
+        engine.after_round = checked_round
     with _ProgressTimer(engine, on_progress, progress_every_s):
         _replay(engine, state, node_events)
     if on_progress is not None:

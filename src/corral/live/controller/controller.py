@@ -63,7 +63,8 @@ from corral.core.events import (
     NodeLost,
     TimerFired,
 )
-from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobStatus
+from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec
+from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.core.wording import gpus

@@ -34,7 +34,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from corral.core.job import JobPhase, JobStatus
+from corral.core.job import JobPhase
+from corral.core.status import JobStatus
 
 if TYPE_CHECKING:
     from corral.live.controller.controller import Controller

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.core import contract
-from corral.core.job import FULL_GPU_MILLI, JobStatus
+from corral.core.job import FULL_GPU_MILLI
 from corral.core.placement import Placement
+from corral.core.status import JobStatus
 from corral.live.agent import LaunchRequest, ProcessExited, StopRequest
 from corral.live.agent.gpus import GpuInfo
 from corral.live.controller import lifecycle
