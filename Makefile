@@ -6,8 +6,8 @@ test:
 
 lint:
 	mypy
-	ruff check src tests benchmarks
-	ruff format --check src tests benchmarks
+	ruff check src tests benchmarks setup.py build_backend
+	ruff format --check src tests benchmarks setup.py build_backend
 
 bench:
 	python benchmarks/bench_philly.py --policy fifo --policy sjf --policy srtf

@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corral import __version__
+from corral import __version__, compiled
 from corral.cli.errors import user_errors
 from corral.cli.options import client_options, json_option
 from corral.core.cluster import Cluster
@@ -501,7 +501,9 @@ class _Cli(click.Group):
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(__version__, prog_name="corral")
+@click.version_option(
+    __version__, prog_name="corral", message="%(prog)s %(version)s" + (" (compiled core)" if compiled() else "")
+)
 def cli() -> None:
     """corral: a GPU cluster scheduler. Replay real traces through scheduling policies."""
 

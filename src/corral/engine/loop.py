@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.decisions import Action, Decision, Launch, Preempt, Reject, Resize, SetBatchSize, Upgrade
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.events import (
@@ -113,6 +115,7 @@ class LoggedAction:
         return f"{self.time_s:.3f} reject {a.job_id} {a.reason}"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests wrap its steps in a subclass
 class Engine:
     def __init__(
         self,

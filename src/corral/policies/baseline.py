@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedList
 
 from corral.core.decisions import Decision, Preempt
@@ -38,6 +39,7 @@ from corral.policies.framework.reasons import blocked_reason, fit_reason, quota_
 from corral.policies.framework.round import Round
 from corral.policies.framework.view import ClusterView
 
+# Every class here allows interpreted subclasses (mypyc_attr): a user's policy may extend a baseline one.
 PLACEMENT_HELP = (
     "where a job's GPUs go: consolidated (fewest nodes, best fit), strict (fewest possible nodes or wait), "
     "spread (one per node), first-fit, fgd (single-GPU requests where they fragment the cluster least)"
@@ -112,12 +114,14 @@ def observe_submission(scorer: FragmentationScorer | None, job: JobView) -> None
         scorer.observe(job.spec)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class QueueConfig(PolicyConfig):
     placement: PlacementStrategy = option(PlacementStrategy.CONSOLIDATED, PLACEMENT_HELP)
     backfill: bool = option(False, "let jobs behind a job that does not fit start if they fit")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueuePolicy(BasePolicy):
     """A non-preemptive queue: walk it in :meth:`queue_key` order and launch what fits (see :func:`fill`)."""
 
@@ -141,22 +145,26 @@ class QueuePolicy(BasePolicy):
         return rnd.decision()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class FifoConfig(QueueConfig):
     """FIFO's options: those of every queue policy, with head-of-line blocking by default."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FifoPolicy(QueuePolicy):
     name = "fifo"
     summary = "first come, first served; strict gang; optional backfilling"
     Config = FifoConfig
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class YarnCsConfig(QueueConfig):
     placement: PlacementStrategy = option(PlacementStrategy.STRICT, PLACEMENT_HELP)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class YarnCsPolicy(QueuePolicy):
     """YARN's capacity scheduler as Tiresias (NSDI'19 §6) compares against it: FIFO, each gang strictly
     consolidated (it waits for the fewest nodes its size allows), no preemption, head-of-line blocking."""
@@ -172,11 +180,13 @@ def _oracle_reason(view: ClusterView, spec: JobSpec, policy: str) -> str | None:
     return capacity_reason(view, spec)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class SjfConfig(QueueConfig):
     backfill: bool = option(True, "let jobs behind a job that does not fit start if they fit")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SjfPolicy(QueuePolicy):
     name = "sjf"
     needs_durations = True
@@ -193,6 +203,7 @@ class SjfPolicy(QueuePolicy):
         return _oracle_reason(view, spec, self.name)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class SrtfConfig(SjfConfig):
     preempt: bool = option(True, "preempt running jobs with more remaining time for a waiting job")
@@ -202,6 +213,7 @@ def _remaining(job: JobView) -> float:
     return max(0.0, (job.spec.duration_s or 0.0) - job.work_done_s)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SrtfPolicy(BasePolicy):
     name = "srtf"
     needs_durations = True

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from corral.core.decisions import Decision, Launch, Preempt
 from corral.core.errors import ConfigError
@@ -191,6 +192,7 @@ class _Estimates:
     running: np.ndarray
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a user's policy (and a test's) may extend it
 class ThemisPolicy(BasePolicy):
     name = "themis"
     summary = "finish-time fairness (Themis): leases auctioned to the worst-rho tenants and jobs; preemptive"

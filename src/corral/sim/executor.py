@@ -405,7 +405,8 @@ class SimExecutor:
             if len(works) == 1:
                 speeds[job_id] = next(iter(works))  # exact: no rounding for the common case of one type
             else:
-                speeds[job_id] = sum(works.values()) / sum(w / v for v, w in works.items())
+                # Float starts: mypyc (setup.py) types sum()'s int start as the result's type. Same sums either way.
+                speeds[job_id] = sum(works.values(), 0.0) / sum((w / v for v, w in works.items()), 0.0)
         return speeds
 
     def usage_areas(self, until_s: float) -> tuple[float, float]:

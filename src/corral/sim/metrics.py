@@ -230,7 +230,7 @@ def _tenant_means(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, tuple
     for job, r in zip(jobs, rho.tolist(), strict=True):
         if not math.isnan(r):
             groups.setdefault(job.spec.tenant, []).append(r)
-    return {t: (sum(v) / len(v), max(v)) for t, v in groups.items()}
+    return {t: (sum(v, 0.0) / len(v), max(v)) for t, v in groups.items()}
 
 
 def rho_stats(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, float]:
@@ -323,7 +323,7 @@ def per_tenant(
         finished = [j for j in members if j.phase is JobPhase.FINISHED]
         jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float)
         queued = np.fromiter((j.queued_s for j in finished), float)
-        gpu_s = sum(j.executed_s * j.spec.gpu_demand_milli for j in members) / FULL_GPU_MILLI
+        gpu_s = sum((j.executed_s * j.spec.gpu_demand_milli for j in members), 0.0) / FULL_GPU_MILLI
         row: dict[str, Any] = {
             "tenant": tenant,
             "jobs": len(members),
@@ -432,7 +432,7 @@ def sharing_stats(jobs: Sequence[JobStatus], usage: Usage, num_gpus: int) -> dic
     out["opp_p99_jct_s"] = _round(np.percentile(jcts, 99)) if len(jcts) else 0.0
     out["opp_throughput"] = _round_rho(solo / run) if run > 0 else 0.0
     out["upgrades"] = sum(1 for j in opp if j.upgraded)
-    short = sum(area for _, _, area in usage.tenant_areas.values())
+    short = sum((area for _, _, area in usage.tenant_areas.values()), 0.0)
     out["quota_shortfall_gpu_h"] = _round(short / FULL_GPU_MILLI / 3600.0)
     return out
 

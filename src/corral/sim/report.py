@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from corral import __version__
+from corral import __version__, compiled
 from corral.core.errors import ConfigError
 from corral.sim.metrics import job_rhos, job_slowdown, utilization_bins
 from corral.sim.report_html import REPORT_FILES
@@ -126,6 +126,7 @@ def write_manifest(
         files[role] = {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
     manifest = {
         "corral_version": __version__,
+        "compiled": compiled(),  # the compiled core (setup.py) or pure Python: same decisions, other timings
         "command": list(sys.argv if argv is None else argv),
         "policy": policy,
         "cluster": cluster,

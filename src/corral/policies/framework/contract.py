@@ -52,6 +52,8 @@ import random
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView
 from corral.core.placement import Placement
@@ -59,11 +61,18 @@ from corral.core.wording import gpus
 from corral.policies.framework.view import ClusterView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the configs of the policies left uncompiled (setup.py)
 @dataclasses.dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Base of every policy's options. Subclasses add fields made with :func:`corral.core.options.option`."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as a call of its constructor (the live controller's forecasts send a config to another process):
+        # the compiled core's frozen dataclasses (setup.py) cannot be unpickled field by field.
+        return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the policies left uncompiled (setup.py), and users' own
 class BasePolicy:
     """Neutral defaults for every hook. Subclasses set ``name``, ``summary`` and ``Config``."""
 

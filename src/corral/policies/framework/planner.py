@@ -21,6 +21,8 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
 from corral.policies.framework.view import ClusterView
@@ -41,6 +43,7 @@ class PlannerCheckpoint(NamedTuple):
     base_nodes: dict[tuple[int, int], list[Any]]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by policies left uncompiled (setup.py)
 class Planner:
     __slots__ = (
         "_any_changed",

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.decisions import Action, Decision, Launch, Preempt, Resize
 from corral.core.job import FULL_GPU_MILLI, JobSpec, JobView
 from corral.core.placement import Placement
@@ -44,6 +46,7 @@ class RoundCheckpoint(NamedTuple):
     waiting: dict[str, str]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by policies left uncompiled (setup.py)
 class Round:
     """The plan of one ``schedule`` call (see the module docstring)."""
 
