@@ -1,9 +1,9 @@
 """The optional compiled core (see build_backend/corral_build.py): with ``CORRAL_COMPILE=1``, mypyc compiles the
 modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the engine's job record, the
 simulated executor with its performance and sharing models, the policy framework (contract, planner, round,
-queues, placement, preemption, reasons), the baseline policies, Themis and HiveD's cells, the Philly and synthetic
-trace readers, and the metrics. Everything else stays Python in either build; the project's metadata is all in
-pyproject.toml.
+queues, placement, preemption, reasons), the baseline policies, Themis and HiveD's cells, the Philly
+and synthetic trace readers, and the metrics. Everything else stays Python in either build; the project's
+metadata is all in pyproject.toml.
 
 Chosen by profile (issue 20): a replay's time is spread over a few hundred small calls per job in these modules,
 the kind of code mypyc speeds up most. Left out on purpose, each because mypyc would change what it does:
@@ -12,8 +12,9 @@ the kind of code mypyc speeds up most. Left out on purpose, each because mypyc w
   decisions): a compiled class checks its attributes' declared types itself, so a bad job spec would fail with a
   TypeError before its own validation could name the field; and mypyc supports no class variables on dataclasses;
 - the executor protocols (``runtime_checkable``);
-- Tiresias: its config has a ``tuple[float, ...]`` option, and a compiled dataclass keeps only ``tuple`` as the
-  field's type, from which the option parser cannot read a value;
+- Tiresias: compiled, it decided differently in 9 of its own tests (not yet understood, so left out), and its
+  ``tuple[float, ...]`` and ``float | None`` options keep only ``tuple`` and ``type`` as their types in a compiled
+  dataclass, from which the option parser cannot read a value;
 - HiveD's policy: the conformance suite (tests/policies/test_contract.py) wraps the ``schedule`` of a policy
   that has a ``check`` on the instance, which a compiled class does not allow;
 - AntMan, Gandiva and IADeep: they subclass the framework's Round and Planner with a narrowed attribute type,

@@ -15,6 +15,7 @@ sources and shadow every later edit to them.
 from __future__ import annotations
 
 import os
+import shutil
 import tomllib
 from typing import Any
 
@@ -38,6 +39,16 @@ def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) 
         return [MYPYC, *dependencies]
     requires: list[str] = _setuptools.get_requires_for_build_wheel(config_settings)
     return requires
+
+
+def build_wheel(
+    wheel_directory: str, config_settings: dict[str, Any] | None = None, metadata_directory: str | None = None
+) -> str:
+    # setuptools packs whatever build/lib holds, and pip builds in the project's folder: an extension module left
+    # there by an earlier compiled build would land in this wheel (a pure one included) and shadow its source.
+    shutil.rmtree("build", ignore_errors=True)
+    name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return name
 
 
 def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
