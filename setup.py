@@ -1,7 +1,8 @@
 """The optional compiled core (see build_backend/corral_build.py): with ``CORRAL_COMPILE=1``, mypyc compiles the
 modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the engine's job record, the
 simulated executor with its performance and sharing models, the policy framework (contract, planner, round,
-queues, placement, preemption, reasons), the baseline policies, Themis and HiveD's cells, the Philly
+queues, placement, preemption, reasons), the baseline policies, Tiresias, Themis and HiveD's
+cells, the Philly
 and synthetic trace readers, and the metrics. Everything else stays Python in either build; the project's
 metadata is all in pyproject.toml.
 
@@ -12,9 +13,6 @@ the kind of code mypyc speeds up most. Left out on purpose, each because mypyc w
   decisions): a compiled class checks its attributes' declared types itself, so a bad job spec would fail with a
   TypeError before its own validation could name the field; and mypyc supports no class variables on dataclasses;
 - the executor protocols (``runtime_checkable``);
-- Tiresias: compiled, it decided differently in 9 of its own tests (not yet understood, so left out), and its
-  ``tuple[float, ...]`` and ``float | None`` options keep only ``tuple`` and ``type`` as their types in a compiled
-  dataclass, from which the option parser cannot read a value;
 - HiveD's policy: the conformance suite (tests/policies/test_contract.py) wraps the ``schedule`` of a policy
   that has a ``check`` on the instance, which a compiled class does not allow;
 - AntMan, Gandiva and IADeep: they subclass the framework's Round and Planner with a narrowed attribute type,
@@ -22,7 +20,10 @@ the kind of code mypyc speeds up most. Left out on purpose, each because mypyc w
 - ``sim/runner.py``: mypyc's C for its ``_thread`` attribute does not compile.
 
 A compiled frozen dataclass cannot be unpickled field by field, so ``PolicyConfig`` pickles through its
-constructor (``__reduce__``); sums of floats start from ``0.0`` (mypyc typed an int start as the result's type).
+constructor (``__reduce__``); sums of floats start from ``0.0`` (mypyc typed an int start as the result's type); a
+config field whose type is not a plain class repeats it in ``option(..., annotation=...)`` (a compiled dataclass
+keeps only ``tuple`` or ``type`` for it); and no compiled code compares tuples by identity (``is``), since mypyc
+rebuilds a tuple where it stores one (Tiresias' event heap did, and lost every event).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ COMPILED = [
     "policies/hived/cells.py",
     "policies/hived/vc.py",
     "policies/themis.py",
+    "policies/tiresias.py",
     "sim/executor.py",
     "sim/metrics.py",
     "sim/perf.py",

@@ -20,15 +20,26 @@ from typing import Any, Literal
 from corral.core.errors import ConfigError
 
 
-def option(default: Any, help: str) -> Any:
-    """A config field with help text (shown by ``corral policies`` and ``--help``)."""
-    return dataclasses.field(default=default, metadata={"help": help})
+def option(default: Any, help: str, *, annotation: Any = None) -> Any:
+    """A config field with help text (shown by ``corral policies`` and ``--help``).
+
+    ``annotation`` repeats the field's type where it is not a plain class (``tuple[float, ...]``,
+    ``float | None``): a dataclass compiled by mypyc (the compiled core, ``setup.py``) keeps only ``tuple`` and
+    ``type`` as those fields' types, from which no value can be parsed. tests/core/test_options.py checks that it
+    is given where needed and matches the annotation."""
+    metadata: dict[str, Any] = {"help": help}
+    if annotation is not None:
+        metadata["type"] = annotation
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def config_fields(config_cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
     """``(name, type, default, help)`` for each field of a config dataclass (a policy's, the perf model's)."""
     hints = typing.get_type_hints(config_cls)
-    return [(f.name, hints[f.name], f.default, str(f.metadata.get("help", ""))) for f in dataclasses.fields(config_cls)]
+    return [
+        (f.name, f.metadata.get("type", hints[f.name]), f.default, str(f.metadata.get("help", "")))
+        for f in dataclasses.fields(config_cls)
+    ]
 
 
 def type_label(tp: Any) -> str:

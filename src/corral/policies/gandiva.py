@@ -87,7 +87,9 @@ class GandivaConfig(PolicyConfig):
     migration: bool = option(True, "move jobs to give a waiting gang one node, and to consolidate spread jobs")
     max_migrations: int = option(16, "most jobs moved (migrated) per round")
     reserve_after_s: float | None = option(
-        None, "a job that has waited this long stops backfilling past it until it fits (none: never)"
+        None,
+        "a job that has waited this long stops backfilling past it until it fits (none: never)",
+        annotation=float | None,
     )
 
     def __post_init__(self) -> None:

@@ -114,6 +114,7 @@ class TiresiasConfig(PolicyConfig):
     thresholds_gpu_s: tuple[float, ...] = option(
         (3250.0, 7200.0),
         "attained GPU-seconds at which a job moves down a queue (K-1 ascending values for K queues)",
+        annotation=tuple[float, ...],
     )
     within_queue: WithinQueue = option(
         WithinQueue.RUNNING_FIRST,
@@ -129,6 +130,7 @@ class TiresiasConfig(PolicyConfig):
         None,
         "do not preempt a job before it has run this many seconds since it (re)started; keep it above the restore "
         "cost (default: 60 with the starvation guard on, else 0)",
+        annotation=float | None,
     )
     sensitive: Sensitivity = option(
         Sensitivity.MODEL, "which jobs get strict consolidation: model (by model), all, none"
@@ -383,7 +385,9 @@ class TiresiasPolicy(BasePolicy):
         events, current = self._events, self._event_of
         while events:
             entry = events[0]
-            if current.get(entry[2]) is entry:
+            # Equal, not identical: compiled (setup.py), a tuple is rebuilt when it is stored, so identity is lost; an
+            # equal stale entry is the same event (time, kind and job), so either copy may stand for it.
+            if current.get(entry[2]) == entry:
                 return entry
             heapq.heappop(events)
         return None
