@@ -28,9 +28,12 @@ rebuilds a tuple where it stores one (Tiresias' event heap did, and lost every e
 
 from __future__ import annotations
 
-import os
+import sys
 
 from setuptools import setup
+
+sys.path.insert(0, "build_backend")  # the backend's own test of CORRAL_COMPILE (setup.py runs in the project folder)
+from corral_build import compiling
 
 COMPILED = [
     "core/status.py",
@@ -62,7 +65,7 @@ COMPILED = [
 ]
 
 ext_modules = []
-if os.environ.get("CORRAL_COMPILE", "") not in ("", "0"):
+if compiling():
     try:
         from mypyc.build import mypycify
     except ImportError as e:  # e.g. --no-build-isolation in an environment without mypy

@@ -108,7 +108,8 @@ def mem_given(spec: JobSpec, placement: Placement) -> int:
 
 
 class JobView(Protocol):
-    """What a policy may read of a job. Policies get this, never a writable :class:`JobStatus`."""
+    """What a policy may read of a job. Policies get this, never a writable
+    :class:`~corral.core.status.JobStatus`."""
 
     @property
     def spec(self) -> JobSpec: ...
