@@ -1,8 +1,10 @@
-"""A replay imports no live-mode code (issue 20: ``corral simulate`` on a small trace was mostly imports).
+"""A replay imports no live-mode code and no numpy (issue 20: ``corral simulate`` on a small trace was mostly imports).
 
 ``corral simulate`` runs in a fresh interpreter, and the modules it imported are checked: none of FastAPI, uvicorn,
-httpx or corral's live mode (``corral.live``, ``corral.cli.live``). The live commands are still all there, loaded
-when asked for; the two things the CLI repeats so as not to import live mode stay equal to their originals.
+httpx or corral's live mode (``corral.live``, ``corral.cli.live``), and no numpy (the metrics compute numpy's figures
+without it, :mod:`corral.sim.stats`; filters that draw at random and synthetic traces load it when used). The live
+commands are still all there, loaded when asked for; the two things the CLI repeats so as not to import live mode
+stay equal to their originals.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ finally:
 """
 
 
-def test_simulate_imports_no_live_mode() -> None:
+def test_simulate_imports_no_live_mode_and_no_numpy() -> None:
     args = ["simulate", "--format", "tiresias", "--trace", SIXTY, "--cluster", "n32g4", "--no-progress"]
     proc = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True)
     modules = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -32,6 +34,7 @@ def test_simulate_imports_no_live_mode() -> None:
     live = [m for m in modules if m.split(".")[0] in {"fastapi", "uvicorn", "httpx", "starlette"}]
     live += [m for m in modules if m == "corral.live" or m.startswith(("corral.live.", "corral.cli.live"))]
     assert live == []
+    assert [m for m in modules if m.split(".")[0] == "numpy"] == []
 
 
 def test_live_commands_load_on_demand() -> None:

@@ -3,7 +3,7 @@
 Definitions (the names are the keys of ``summary.json``):
 
 - JCT (job completion time) = end - submit, over finished jobs; percentiles use linear interpolation
-  (numpy's default).
+  (numpy's default; means and percentiles are numpy's, bit for bit, computed without it: :mod:`corral.sim.stats`).
 - queueing = seconds a job spent pending, summed over every wait (before its first start and after each
   preemption); ``avg_queueing_s`` is over finished jobs.
 - makespan = last completion - first submission.
@@ -77,10 +77,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase
 from corral.core.status import JobStatus
+from corral.sim.stats import fsum_pairwise, mean, percentiles
 
 SUMMARY_KEYS = (
     "jobs_total",
@@ -142,66 +141,82 @@ def window_of(jobs: Sequence[JobStatus]) -> Window:
     return Window(start, max(ends) if ends else start)
 
 
-def jct_stats(jcts: np.ndarray) -> dict[str, float]:
+def jct_stats(jcts: Sequence[float]) -> dict[str, float]:
     if not len(jcts):
         return {"avg_jct_s": 0.0, "p50_jct_s": 0.0, "p95_jct_s": 0.0, "p99_jct_s": 0.0}
-    p50, p95, p99 = np.percentile(jcts, [50, 95, 99])
+    p50, p95, p99 = percentiles(jcts, (50, 95, 99))
     return {
-        "avg_jct_s": _round(jcts.mean()),
+        "avg_jct_s": _round(mean(jcts)),
         "p50_jct_s": _round(p50),
         "p95_jct_s": _round(p95),
         "p99_jct_s": _round(p99),
     }
 
 
-def mean_contention(submit_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
-    """For each interval [submit, end], the time-averaged number of intervals open during it (itself included).
+def mean_contention(submit_s: Sequence[float], end_s: Sequence[float]) -> array[float]:
+    """For each interval [submit, end] (end >= submit), the time-averaged number of intervals open during it (itself
+    included).
 
-    The count of open intervals is a step function that changes only at submissions and ends; its prefix
-    integral at those points gives every average at once: O(n log n). An interval of zero length gets the count
-    at its instant, itself included.
+    The count of open intervals is a step function that changes only at submissions and ends; its prefix integral
+    at those points gives every average at once: one sweep over the points in time order, O(n log n) for the sort
+    of the ends (the submissions of a replay come sorted: then they are not sorted again). An interval of zero
+    length gets the count at its instant, itself included. The arithmetic is numpy's ``unique``/``cumsum`` version's
+    (which this replaced, issue 20), operation for operation, so the figures are the same to the last bit: the
+    prefix integral is summed in time order, point by point.
     """
     n = len(submit_s)
+    out = array("d", bytes(8 * n))
     if not n:
-        return np.zeros(0)
-    # Each intermediate array is dropped (del) once used: at a million jobs they made a replay's peak memory
-    # (issue 20). The arithmetic is the same, in the same order.
-    both = np.concatenate((submit_s, end_s))
-    # np.unique(both, return_inverse=True) gives the same two arrays; asked for them at once it holds an argsort
-    # and its inverse besides, which at a million jobs made the peak.
-    points = np.unique(both)
-    inverse = np.searchsorted(points, both)
-    del both
-    change = np.bincount(inverse, weights=np.concatenate((np.ones(n), -np.ones(n))), minlength=len(points))
-    count = np.cumsum(change)  # open intervals on [points[k], points[k + 1])
-    del change
-    steps = count[:-1] * np.diff(points)
-    del points
-    area = np.concatenate(([0.0], np.cumsum(steps)))  # integral from points[0] to points[k]
-    del steps
-    i_start, i_end = inverse[:n], inverse[n:]
-    length = end_s - submit_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        avg = (area[i_end] - area[i_start]) / length
-    return np.where(length > 0, avg, count[i_start] + 1.0)  # a zero-length interval's own +1 and -1 cancel
+        return out
+    sorted_submits = all(submit_s[i] <= submit_s[i + 1] for i in range(n - 1))
+    by_submit: Sequence[int] = range(n) if sorted_submits else sorted(range(n), key=submit_s.__getitem__)
+    by_end = sorted(range(n), key=end_s.__getitem__)
+    area_at_start = array("d", bytes(8 * n))
+    i = j = 0  # next submission, next end, in time order
+    count = 0  # intervals open since the last point (its own changes included)
+    area = 0.0  # the integral of count from the first point to the current one
+    point = min(submit_s[by_submit[0]], end_s[by_end[0]])
+    while j < n:
+        nxt = end_s[by_end[j]] if i == n else min(submit_s[by_submit[i]], end_s[by_end[j]])
+        if nxt != point:
+            area += count * (nxt - point)
+            point = nxt
+        # Every change at this point first, then the figures of the intervals that start or end at it.
+        starts = i
+        while i < n and submit_s[by_submit[i]] == point:
+            i += 1
+        ends = j
+        while j < n and end_s[by_end[j]] == point:
+            j += 1
+        count += (i - starts) - (j - ends)
+        for k in range(starts, i):
+            area_at_start[by_submit[k]] = area
+        for k in range(ends, j):
+            job = by_end[k]
+            length = end_s[job] - submit_s[job]
+            # A zero-length interval's own +1 and -1 cancel in the count at its instant.
+            out[job] = (area - area_at_start[job]) / length if length > 0 else count + 1.0
+    return out
 
 
-def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, float] | None = None) -> np.ndarray:
+def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, float] | None = None) -> array[float]:
     """Finish-time fairness rho = JCT / T_id for each job, in order; NaN where undefined (a job that did not
     finish, or has no positive duration). See the module docstring for T_id and N. ``speeds``: job id -> the
     speed ``v`` of the GPUs it ran on (``SimExecutor.job_speeds``); 1.0 for a job not in it."""
     n = len(jobs)
-    rho = np.full(n, np.nan)
+    rho = array("d", [math.nan]) * n
     if not n or num_gpus <= 0:
         return rho
     horizon = window_of(jobs).end_s
-    # Indices in an array, not a list of ints (8 bytes a job, not 36), and the ends clipped in place: this is the
-    # peak of a million-job replay's memory (issue 20).
-    contends = array("q", (i for i, j in enumerate(jobs) if j.phase is not JobPhase.REJECTED))
-    count = len(contends)
-    submit = np.fromiter((jobs[i].spec.submit_s for i in contends), float, count)
-    end = np.fromiter((horizon if (e := jobs[i].end_s) is None else e for i in contends), float, count)
-    np.maximum(end, submit, out=end)
+    # Indices and times in arrays, not lists (8 bytes a job, not 36), filled by appending (the compiled build would
+    # make a generator a list first): this is the peak of a million-job replay's memory (issue 20).
+    contends, submit, end = array("q"), array("d"), array("d")
+    for i, job in enumerate(jobs):
+        if job.phase is not JobPhase.REJECTED:
+            contends.append(i)
+            s = job.spec.submit_s
+            submit.append(s)
+            end.append(max(horizon if (e := job.end_s) is None else e, s))
     contention = mean_contention(submit, end)
     del submit, end
     for k, i in enumerate(contends):
@@ -216,31 +231,31 @@ def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, floa
     return rho
 
 
-def jain_index(values: np.ndarray) -> float:
+def jain_index(values: Sequence[float]) -> float:
     """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one holds everything."""
     if not len(values):
         return 0.0
-    squares = float(np.sum(values * values))
-    return float(np.sum(values)) ** 2 / (len(values) * squares) if squares > 0 else 1.0
+    squares = fsum_pairwise([x * x for x in values])
+    return fsum_pairwise(values) ** 2 / (len(values) * squares) if squares > 0 else 1.0
 
 
-def _tenant_means(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, tuple[float, float]]:
+def _tenant_means(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, tuple[float, float]]:
     """``tenant -> (mean rho, max rho)`` over the tenant's jobs that have a rho."""
     groups: dict[str, list[float]] = {}
-    for job, r in zip(jobs, rho.tolist(), strict=True):
+    for job, r in zip(jobs, rho, strict=True):
         if not math.isnan(r):
             groups.setdefault(job.spec.tenant, []).append(r)
     return {t: (sum(v, 0.0) / len(v), max(v)) for t, v in groups.items()}
 
 
-def rho_stats(jobs: Sequence[JobStatus], rho: np.ndarray) -> dict[str, float]:
-    got = rho[~np.isnan(rho)]
-    if not len(got):
+def rho_stats(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, float]:
+    got = [r for r in rho if not math.isnan(r)]
+    if not got:
         return {"max_rho": 0.0, "p50_rho": 0.0, "p90_rho": 0.0, "p99_rho": 0.0, "jain_rho_tenants": 0.0}
-    p50, p90, p99 = np.percentile(got, [50, 90, 99])
-    means = np.array([m for m, _ in _tenant_means(jobs, rho).values()])
+    p50, p90, p99 = percentiles(got, (50, 90, 99))
+    means = [m for m, _ in _tenant_means(jobs, rho).values()]
     return {
-        "max_rho": _round_rho(got.max()),
+        "max_rho": _round_rho(max(got)),
         "p50_rho": _round_rho(p50),
         "p90_rho": _round_rho(p90),
         "p99_rho": _round_rho(p99),
@@ -268,15 +283,15 @@ def summarize(
     num_gpus: int,
     usage: Usage | None = None,
     failures: Failures | None = None,
-    rho: np.ndarray | None = None,
+    rho: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``, the node-failure ones
     without ``failures``. ``rho``: :func:`job_rhos` of these jobs, when the caller has it already (a replay needs it
     for :func:`per_tenant` too, and it costs a pass over every job)."""
     finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
     rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
-    jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float, len(finished))
-    queued = np.fromiter((j.queued_s for j in finished), float, len(finished))
+    jcts = [j.end_s - j.spec.submit_s for j in finished if j.end_s is not None]
+    queued = [j.queued_s for j in finished]
     win = window_of(jobs)
     capacity = num_gpus * FULL_GPU_MILLI * win.length_s
     out: dict[str, Any] = {
@@ -286,7 +301,7 @@ def summarize(
         "jobs_unfinished": len(jobs) - len(finished) - rejected,
     }
     out.update(jct_stats(jcts))
-    out["avg_queueing_s"] = _round(queued.mean()) if len(queued) else 0.0
+    out["avg_queueing_s"] = _round(mean(queued)) if queued else 0.0
     out["makespan_s"] = _round(win.length_s)
     out["gpu_alloc_util"] = round(alloc_area_milli_s / capacity, 6) if capacity > 0 else 0.0
     out["preemptions"] = sum(j.preemptions for j in jobs)
@@ -306,7 +321,7 @@ def per_tenant(
     jobs: Sequence[JobStatus],
     num_gpus: int | None = None,
     speeds: Mapping[str, float] | None = None,
-    rho: np.ndarray | None = None,
+    rho: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per tenant, by name. With ``num_gpus`` (the cluster's, needed for T_id), also ``mean_rho`` and
     ``max_rho`` over the tenant's finished jobs (0.0 when none finished); ``speeds`` as for :func:`job_rhos`;
@@ -321,17 +336,17 @@ def per_tenant(
     for tenant in sorted(groups):
         members = groups[tenant]
         finished = [j for j in members if j.phase is JobPhase.FINISHED]
-        jcts = np.fromiter((j.end_s - j.spec.submit_s for j in finished if j.end_s is not None), float)
-        queued = np.fromiter((j.queued_s for j in finished), float)
+        jcts = [j.end_s - j.spec.submit_s for j in finished if j.end_s is not None]
+        queued = [j.queued_s for j in finished]
         gpu_s = sum((j.executed_s * j.spec.gpu_demand_milli for j in members), 0.0) / FULL_GPU_MILLI
         row: dict[str, Any] = {
             "tenant": tenant,
             "jobs": len(members),
             "finished": len(finished),
             "rejected": sum(1 for j in members if j.phase is JobPhase.REJECTED),
-            "avg_jct_s": _round(jcts.mean()) if len(jcts) else 0.0,
-            "p95_jct_s": _round(np.percentile(jcts, 95)) if len(jcts) else 0.0,
-            "avg_queueing_s": _round(queued.mean()) if len(queued) else 0.0,
+            "avg_jct_s": _round(mean(jcts)) if jcts else 0.0,
+            "p95_jct_s": _round(percentiles(jcts, (95,))[0]) if jcts else 0.0,
+            "avg_queueing_s": _round(mean(queued)) if queued else 0.0,
             "gpu_hours": _round(gpu_s / 3600.0),
         }
         if fairness is not None:
@@ -355,12 +370,12 @@ def utilization_bins(
         bin_s = 60.0
         while length / bin_s > 1000:
             bin_s *= 2 if bin_s < 3600 else 1.5
-    bins = max(1, int(np.ceil(length / bin_s))) if length > 0 else 1
-    area = np.zeros(bins)
-    t = np.asarray(times_s, float)
-    a = np.asarray(alloc_milli, float)
-    if len(t):
-        ends = np.append(t[1:], max(window.end_s, t[-1]))
+    bins = max(1, math.ceil(length / bin_s)) if length > 0 else 1
+    area = [0.0] * bins
+    t = [float(x) for x in times_s]
+    a = [float(x) for x in alloc_milli]
+    if t:
+        ends = [*t[1:], max(window.end_s, t[-1])]
         for s, e, v in zip(t, ends, a, strict=True):
             if v == 0 or e <= s:
                 continue
@@ -374,10 +389,12 @@ def utilization_bins(
                 area[b0] += v * (e - s)
                 continue
             area[b0] += v * (window.start_s + (b0 + 1) * bin_s - s)
-            area[b0 + 1 : b1] += v * bin_s
+            full = v * bin_s
+            for b in range(b0 + 1, b1):
+                area[b] += full
             area[b1] += v * (e - (window.start_s + b1 * bin_s))
-    frac = area / (num_gpus * FULL_GPU_MILLI * bin_s)
-    return bin_s, [(_round(window.start_s + i * bin_s), round(float(f), 6)) for i, f in enumerate(frac)]
+    capacity = num_gpus * FULL_GPU_MILLI * bin_s
+    return bin_s, [(_round(window.start_s + i * bin_s), round(x / capacity, 6)) for i, x in enumerate(area)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,13 +430,13 @@ def sharing_stats(jobs: Sequence[JobStatus], usage: Usage, num_gpus: int) -> dic
         if j.spec.job_class is JobClass.GUARANTEED and (x := job_slowdown(usage.job_times.get(j.spec.job_id)))
     ]
     if slow:
-        p50, p99 = np.percentile(slow, [50, 99])
+        p50, p99 = percentiles(slow, (50, 99))
         out.update(g_slowdown_p50=_round_rho(p50), g_slowdown_p99=_round_rho(p99), g_slowdown_max=_round_rho(max(slow)))
     else:
         out.update(g_slowdown_p50=0.0, g_slowdown_p99=0.0, g_slowdown_max=0.0)
     opp = [j for j in jobs if j.spec.job_class is JobClass.OPPORTUNISTIC]
     done = [j for j in opp if j.phase is JobPhase.FINISHED and j.end_s is not None]
-    jcts = np.fromiter((j.end_s - j.spec.submit_s for j in done if j.end_s is not None), float, len(done))
+    jcts = [j.end_s - j.spec.submit_s for j in done if j.end_s is not None]
     run = solo = 0.0
     for j in opp:
         times = usage.job_times.get(j.spec.job_id)
@@ -428,8 +445,8 @@ def sharing_stats(jobs: Sequence[JobStatus], usage: Usage, num_gpus: int) -> dic
             solo += times[1]
     out["opp_jobs"] = len(opp)
     out["opp_finished"] = len(done)
-    out["opp_avg_jct_s"] = _round(jcts.mean()) if len(jcts) else 0.0
-    out["opp_p99_jct_s"] = _round(np.percentile(jcts, 99)) if len(jcts) else 0.0
+    out["opp_avg_jct_s"] = _round(mean(jcts)) if jcts else 0.0
+    out["opp_p99_jct_s"] = _round(percentiles(jcts, (99,))[0]) if jcts else 0.0
     out["opp_throughput"] = _round_rho(solo / run) if run > 0 else 0.0
     out["upgrades"] = sum(1 for j in opp if j.upgraded)
     short = sum((area for _, _, area in usage.tenant_areas.values()), 0.0)

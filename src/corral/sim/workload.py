@@ -29,7 +29,6 @@ from corral.sim.traces import (
     sample,
     scale_load,
     select_tenants,
-    synthesize,
     window,
 )
 from corral.sim.traces.filters import assign_tenants, make_opportunistic
@@ -90,6 +89,8 @@ def _read(spec: WorkloadSpec) -> Trace:
     arrival = spec.arrival
     if arrival not in ("poisson", "trace"):
         raise ConfigError(f"--arrival must be poisson or trace, got {arrival!r}")
+    from corral.sim.traces.synthetic import synthesize  # with numpy, only when synthesizing (issue 20)
+
     return synthesize(
         spec.jobs,
         seed=spec.seed,

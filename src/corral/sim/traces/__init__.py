@@ -16,6 +16,7 @@ file, line, column and expected form; with ``skip_invalid`` bad rows are skipped
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from corral.core.errors import ConfigError
 from corral.sim.traces._rows import PathArg
@@ -23,9 +24,11 @@ from corral.sim.traces.filters import assign_models, drop_shorter_than, head, sa
 from corral.sim.traces.generic import parse_columns, read_csv
 from corral.sim.traces.openb import PendingMode, read_openb
 from corral.sim.traces.philly import read_philly
-from corral.sim.traces.synthetic import synthesize
 from corral.sim.traces.tiresias import read_tiresias
 from corral.sim.traces.trace import Trace
+
+if TYPE_CHECKING:
+    from corral.sim.traces.synthetic import synthesize
 
 FORMATS = ("philly", "tiresias", "openb", "csv")
 
@@ -58,6 +61,15 @@ def read_trace(
         return read_openb(path, skip_invalid=skip_invalid, pending=pending)
     mapping = parse_columns(columns) if isinstance(columns, str) else columns
     return read_csv(path, mapping, skip_invalid=skip_invalid)
+
+
+def __getattr__(name: str) -> Any:
+    # synthesize is loaded on first use, with numpy: replaying a trace file needs neither (issue 20).
+    if name == "synthesize":
+        from corral.sim.traces.synthetic import synthesize
+
+        return synthesize
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -20,8 +20,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from corral.core.errors import ConfigError
 from corral.core.job import JobClass, JobSpec
@@ -35,11 +34,19 @@ DEFAULT_TENANT = "default"  # JobSpec's tenant when a trace names none (openb, t
 _STREAM_TENANTS = 1
 _STREAM_OPPORTUNISTIC = 2
 
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the filters that draw, not with the module: a replay that draws nothing does not load it
+# (issue 20: a 200-job replay's time is mostly imports).
+
 
 def _rng(seed: int, stream: int, who: str) -> np.random.Generator:
     # numpy's SeedSequence takes non-negative integers only; say so here rather than with numpy's ValueError.
     if type(seed) is not int or seed < 0:
         raise ConfigError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+    import numpy as np
+
     return np.random.default_rng([seed, stream])
 
 
@@ -99,6 +106,8 @@ def sample(trace: Trace, fraction: float, seed: int) -> Trace:
     ``numpy.random.default_rng(seed)``: same seed, same sample). Order and times are unchanged."""
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"sample: fraction must be in [0, 1], got {fraction!r}")
+    import numpy as np
+
     keep = np.random.default_rng(seed).random(len(trace.jobs)) < fraction
     kept = [job for job, k in zip(trace.jobs, keep.tolist(), strict=True) if k]
     note = f"sample {fraction:g} (seed {seed}): kept {len(kept):,} of {plural(len(trace.jobs), 'job')}"
@@ -174,6 +183,8 @@ def assign_tenants(trace: Trace, count: int, seed: int) -> Trace:
         note = f"tenants: no job has tenant {DEFAULT_TENANT!r}; every job keeps its own (assign_tenants {count})"
         return _derive(trace, list(trace.jobs), note)
     names = [f"t{k}" for k in range(count)]
+    import numpy as np
+
     zipf = 1.0 / np.arange(1, count + 1)
     drawn = rng.choice(count, size=len(missing), p=zipf / zipf.sum()).tolist()
     jobs = list(trace.jobs)
