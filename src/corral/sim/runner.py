@@ -17,12 +17,10 @@ as without.
 
 from __future__ import annotations
 
-import gc
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +31,7 @@ from corral.engine.clock import VirtualClock
 from corral.engine.loop import Engine, LoggedAction
 from corral.engine.state import ClusterState
 from corral.policies.framework.contract import BasePolicy
+from corral.sim.collector import relaxed_collector
 from corral.sim.executor import SimExecutor
 from corral.sim.failures import NodeEvent
 from corral.sim.metrics import (
@@ -73,6 +72,7 @@ class SimulationResult:
     timeline_queue: Any = None  # array('q'): jobs pending from each of them on
 
 
+@relaxed_collector()  # the replay and its metrics make no reference cycles (corral.sim.collector)
 def simulate(
     trace: Trace,
     cluster: Cluster,
@@ -119,7 +119,7 @@ def simulate(
                 after_round(state, now)
 
         engine.after_round = checked_round
-    with _ProgressTimer(engine, on_progress, progress_every_s), _collector_relaxed():
+    with _ProgressTimer(engine, on_progress, progress_every_s):
         _replay(engine, state, node_events)
     if on_progress is not None:
         on_progress(_jobs_done(engine))
@@ -165,27 +165,6 @@ def simulate(
         timeline_queue_s=state.timeline_queue_s,
         timeline_queue=state.timeline_queue if record_queue else None,
     )
-
-
-@contextmanager
-def _collector_relaxed() -> Iterator[None]:
-    """Run the cyclic garbage collector less often during a replay (issue 20).
-
-    A replay's objects form no reference cycles (none were left to collect after full Philly or 2,000 jobs at 3x
-    load under each policy), so reference counting frees its garbage; the collector only walks the live objects,
-    and with the default thresholds it did so every 700 allocations, a tenth of a FIFO replay's time (perf: its
-    gc_collect_main was the hottest function). Here the objects alive at the start (the trace, the cluster) are
-    frozen out of its walks and the youngest generation collects every 100,000 allocations: cyclic garbage, if a
-    policy ever makes some, is still found, a little later. Both are undone at the end.
-    """
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 def _jobs_done(engine: Engine) -> int:

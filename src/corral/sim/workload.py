@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core.errors import ConfigError
+from corral.sim.collector import relaxed_collector
 from corral.sim.traces import (
     FORMATS,
     Trace,
@@ -100,6 +101,7 @@ def _read(spec: WorkloadSpec) -> Trace:
     )
 
 
+@relaxed_collector()  # a trace is a container per job, and none in a cycle (corral.sim.collector)
 def build_trace(spec: WorkloadSpec) -> Trace:
     trace = _read(spec)
     if spec.tenants:
