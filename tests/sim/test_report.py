@@ -6,6 +6,8 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
 from builders import cluster, job, run
 from corral.policies.registry import make_policy
 from corral.sim.metrics import SUMMARY_KEYS
@@ -39,3 +41,20 @@ def test_fairness_columns_are_appended(tmp_path: Path) -> None:
         assert key in summary
     # Jain over the tenants' mean rho (1/2, 4/3): (11/6)^2 / (2 x (1/4 + 16/9)) = 121/146 = 0.828767
     assert summary["jain_rho_tenants"] == 0.828767
+
+
+def test_a_replay_without_timelines_has_the_same_summary_and_cannot_write_utilization(tmp_path: Path) -> None:
+    from corral.sim.runner import simulate
+    from corral.sim.traces import Trace
+
+    # One opportunistic job beside guaranteed ones, so that the measured-use figures are not all zero.
+    jobs = [job("a", duration=100), job("o", submit=5, opportunistic=True), job("b", duration=50, submit=10)]
+    trace = Trace(jobs=jobs, source="test")
+    kept = simulate(trace, cluster(nodes=1, gpus=2), make_policy("antman"))
+    lean = simulate(trace, cluster(nodes=1, gpus=2), make_policy("antman"), record_timelines=False)
+    assert lean.summary == kept.summary and lean.tenants == kept.tenants
+    assert len(kept.timeline_s) and len(kept.timeline_use_s)
+    assert lean.timeline_s is None and lean.timeline_milli is None and lean.timeline_use_s is None
+    with pytest.raises(ValueError, match="record_timelines=True"):
+        write_results(lean, tmp_path)
+    assert not (tmp_path / "summary.json").exists()  # refused before writing anything

@@ -284,14 +284,22 @@ def _run(
     record: bool,
     failures: NodeEventSource = None,
     *,
-    queue: bool = False,
+    outputs: bool = False,
 ) -> SimulationResult:
-    """One replay; ``queue`` keeps the queue's length over time (for an output folder's report)."""
+    """One replay; ``outputs`` keeps what an output folder's files and report need: the allocation and measured-use
+    timelines (utilization.csv) and the queue's length over time."""
     policy = make_policy(policy_spec, seed=seed)
     events = failures() if failures is not None else None
     if not show:
         return simulate(
-            trace, cluster, policy, perf=perf, record_decisions=record, node_events=events, record_queue=queue
+            trace,
+            cluster,
+            policy,
+            perf=perf,
+            record_decisions=record,
+            node_events=events,
+            record_queue=outputs,
+            record_timelines=outputs,
         )
     if not err_console.is_terminal:
         # A bar off a terminal prints nothing until the end: a log would show nothing for minutes.
@@ -304,7 +312,8 @@ def _run(
             on_progress=_PlainProgress(policy.name, len(trace.jobs)),
             progress_every_s=_PLAIN_PROGRESS_EVERY_S,
             node_events=events,
-            record_queue=queue,
+            record_queue=outputs,
+            record_timelines=outputs,
         )
     from rich.progress import (
         BarColumn,
@@ -335,7 +344,8 @@ def _run(
             record_decisions=record,
             on_progress=lambda n: progress.update(task, completed=n),
             node_events=events,
-            record_queue=queue,
+            record_queue=outputs,
+            record_timelines=outputs,
         )
     return result
 
@@ -553,7 +563,7 @@ def simulate_cmd(
             kw["progress"],
             record_decisions,
             failures,
-            queue=out_dir is not None,
+            outputs=out_dir is not None,
         )
         table = Table(
             title=f"{plural(len(trace), 'job')} on {cluster.name} ({plural(result.num_gpus, 'GPU')})",
@@ -628,9 +638,9 @@ def compare(policies: Sequence[str], out_dir: str | None, overwrite: bool, repor
 
             prepare_out(out_dir, overwrite=overwrite, per_policy=True)
         trace, cluster, perf, failures = _load(kw, policies)
-        queue = out_dir is not None
+        outputs = out_dir is not None
         results = [
-            _run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures, queue=queue)
+            _run(trace, cluster, perf, spec, kw["seed"], kw["progress"], False, failures, outputs=outputs)
             for spec in policies
         ]
         title = f"{plural(len(trace), 'job')} on {cluster.name} ({plural(results[0].num_gpus, 'GPU')})"

@@ -91,6 +91,8 @@ class ClusterState:
         topology: Topology,
         tenants: Iterable[Tenant] = (),
         queue_key: QueueKey = submission_order,
+        *,
+        timeline: bool = True,
     ) -> None:
         self._topo = topology
         self._tenants: dict[str, Tenant] = {t.name: t for t in tenants}
@@ -150,7 +152,9 @@ class ClusterState:
         self._down_gpus = 0
         self.down_timeline: list[tuple[float, int]] = []  # (time, GPUs down from then on), at each node change
 
-        # Allocation over time: the integral for mean utilization, and the change points for plots.
+        # Allocation over time: the integral for mean utilization, and the change points for plots (kept only with
+        # ``timeline``: 16 bytes per change, two changes per job; a replay that writes no utilization.csv needs none).
+        self._timeline = timeline
         self._alloc_milli = 0
         self._alloc_area = 0.0  # milli-GPU x seconds
         self._last_change_s: float | None = None
@@ -307,6 +311,8 @@ class ClusterState:
             self._alloc_area += self._alloc_milli * (now_s - last)
         self._last_change_s = now_s
         self._alloc_milli += delta_milli
+        if not self._timeline:
+            return
         if self.timeline_s and self.timeline_s[-1] == now_s:
             self.timeline_milli[-1] = self._alloc_milli
         else:

@@ -175,6 +175,7 @@ class SimExecutor:
         "_sink",
         "_sm_sum",
         "_suspended_checkpoint",
+        "_timeline",
         "job_times",
         "job_work_by_speed",
         "lost_work_gpu_s",
@@ -185,7 +186,9 @@ class SimExecutor:
         "timeline_sm",
     )
 
-    def __init__(self, topology: Topology, perf: PerfModel | None = None, *, telemetry: bool = False) -> None:
+    def __init__(
+        self, topology: Topology, perf: PerfModel | None = None, *, telemetry: bool = False, timeline: bool = True
+    ) -> None:
         self.perf = (perf or PerfModel()).bind(topology)
         self.telemetry = telemetry
         self._sink: EventSink | None = None
@@ -201,6 +204,8 @@ class SimExecutor:
         self._area_sm = 0.0  # GPU-busy fraction x s, summed over GPUs
         self._area_mem = 0.0  # MiB x s
         self._last_s: float | None = None
+        # The change points, for plots, kept only with ``timeline`` (24 bytes per change, three per job).
+        self._timeline = timeline
         self.timeline_s: array[float] = array("d")
         self.timeline_sm: array[float] = array("d")  # SM-busy GPUs (sum of fractions) from each change on
         self.timeline_mem_mib: array[float] = array("d")
@@ -651,6 +656,8 @@ class SimExecutor:
                 gpu_sm[g] = sm
                 gpu_mem[g] = mem
         self._sm_sum, self._mem_sum = sm_sum, mem_sum
+        if not self._timeline:
+            return
         timeline_s = self.timeline_s
         if timeline_s and timeline_s[-1] == now_s:
             self.timeline_sm[-1] = sm_sum

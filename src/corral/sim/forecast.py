@@ -214,8 +214,9 @@ def _run(
     cluster = snapshot.cluster
     topo = Topology(cluster)
     policy = snapshot.policy(snapshot.config, seed=snapshot.seed)
-    state = ClusterState(topo, cluster.tenants, queue_key=policy.queue_key)
-    executor = SimExecutor(topo, PerfModel.neutral(), telemetry=policy.needs_telemetry)
+    # A forecast reads start times only: no utilization timelines.
+    state = ClusterState(topo, cluster.tenants, queue_key=policy.queue_key, timeline=False)
+    executor = SimExecutor(topo, PerfModel.neutral(), telemetry=policy.needs_telemetry, timeline=False)
     engine = Engine(state, policy, executor, VirtualClock(now))
     for node in snapshot.down_nodes:
         engine.schedule(now, NodeLost(node, "down when the forecast was made"))

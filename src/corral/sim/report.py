@@ -170,6 +170,8 @@ def write_comparison(out_dir: str | Path, runs: Sequence[tuple[str, str, Mapping
 
 
 def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
+    if result.timeline_s is None:
+        raise ValueError("utilization.csv needs the replay's timelines: simulate(..., record_timelines=True)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
