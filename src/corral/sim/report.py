@@ -183,7 +183,9 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
 
     path = out / "jobs.csv"
     usage = result.usage
-    rhos = job_rhos(result.jobs, result.num_gpus, usage.job_speeds if usage is not None else None).tolist()
+    rhos = result.rho
+    if rhos is None:  # a result made by hand, not by simulate()
+        rhos = job_rhos(result.jobs, result.num_gpus, usage.job_speeds if usage is not None else None)
     times = usage.job_times if usage is not None else {}
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")

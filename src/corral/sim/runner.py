@@ -71,6 +71,7 @@ class SimulationResult:
     timeline_use_s: Any = None  # array('d')
     timeline_queue_s: Any = None  # array('d'): the queue's change times (record_queue=True), else None
     timeline_queue: Any = None  # array('q'): jobs pending from each of them on
+    rho: Any = None  # array('d'): each job's finish-time fairness, as metrics.job_rhos (NaN where undefined)
 
 
 @relaxed_collector()  # the replay and its metrics make no reference cycles (corral.sim.collector)
@@ -142,7 +143,7 @@ def simulate(
         executor.lost_work_gpu_s,
         state.down_gpu_area(win.start_s, win.end_s),
     )
-    rho = job_rhos(jobs, topo.num_gpus, usage.job_speeds)  # once, for the summary and the tenants
+    rho = job_rhos(jobs, topo.num_gpus, usage.job_speeds)  # once, for the summary, the tenants and jobs.csv
     summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures, rho)
     tenants = per_tenant(jobs, topo.num_gpus, usage.job_speeds, rho)
     if areas:
@@ -168,6 +169,7 @@ def simulate(
         timeline_use_s=executor.timeline_s if record_timelines else None,
         timeline_queue_s=state.timeline_queue_s,
         timeline_queue=state.timeline_queue if record_queue else None,
+        rho=rho,
     )
 
 
