@@ -134,11 +134,19 @@ class Window:
 
 
 def window_of(jobs: Sequence[JobStatus]) -> Window:
+    """From the first submission to the last end (to the first submission when nothing ended)."""
     if not jobs:
         return Window(0.0, 0.0)
-    start = min(j.spec.submit_s for j in jobs)
-    ends = [j.end_s for j in jobs if j.end_s is not None]
-    return Window(start, max(ends) if ends else start)
+    start = math.inf
+    end: float | None = None
+    for j in jobs:  # one pass (a million-job replay's metrics made four of these, issue 20)
+        s = j.spec.submit_s
+        if s < start:
+            start = s
+        e = j.end_s
+        if e is not None and (end is None or e > end):
+            end = e
+    return Window(start, start if end is None else end)
 
 
 def jct_stats(jcts: Sequence[float]) -> dict[str, float]:
@@ -199,15 +207,21 @@ def mean_contention(submit_s: Sequence[float], end_s: Sequence[float]) -> array[
     return out
 
 
-def job_rhos(jobs: Sequence[JobStatus], num_gpus: int, speeds: Mapping[str, float] | None = None) -> array[float]:
+def job_rhos(
+    jobs: Sequence[JobStatus],
+    num_gpus: int,
+    speeds: Mapping[str, float] | None = None,
+    window: Window | None = None,
+) -> array[float]:
     """Finish-time fairness rho = JCT / T_id for each job, in order; NaN where undefined (a job that did not
     finish, or has no positive duration). See the module docstring for T_id and N. ``speeds``: job id -> the
-    speed ``v`` of the GPUs it ran on (``SimExecutor.job_speeds``); 1.0 for a job not in it."""
+    speed ``v`` of the GPUs it ran on (``SimExecutor.job_speeds``); 1.0 for a job not in it. ``window``:
+    ``window_of(jobs)``, when the caller has it already."""
     n = len(jobs)
     rho = array("d", [math.nan]) * n
     if not n or num_gpus <= 0:
         return rho
-    horizon = window_of(jobs).end_s
+    horizon = (window if window is not None else window_of(jobs)).end_s
     # Indices and times in arrays, not lists (8 bytes a job, not 36), filled by appending (the compiled build would
     # make a generator a list first): this is the peak of a million-job replay's memory (issue 20).
     contends, submit, end = array("q"), array("d"), array("d")
@@ -284,15 +298,23 @@ def summarize(
     usage: Usage | None = None,
     failures: Failures | None = None,
     rho: Sequence[float] | None = None,
+    window: Window | None = None,
 ) -> dict[str, Any]:
     """Every key of :data:`SUMMARY_KEYS`; the measured-use ones are 0 without ``usage``, the node-failure ones
     without ``failures``. ``rho``: :func:`job_rhos` of these jobs, when the caller has it already (a replay needs it
-    for :func:`per_tenant` too, and it costs a pass over every job)."""
-    finished = [j for j in jobs if j.phase is JobPhase.FINISHED]
-    rejected = sum(1 for j in jobs if j.phase is JobPhase.REJECTED)
+    for :func:`per_tenant` too, and it costs a pass over every job); ``window``: ``window_of(jobs)``, likewise."""
+    finished: list[JobStatus] = []
+    rejected = preemptions = 0
+    for j in jobs:
+        phase = j.phase
+        if phase is JobPhase.FINISHED:
+            finished.append(j)
+        elif phase is JobPhase.REJECTED:
+            rejected += 1
+        preemptions += j.preemptions
     jcts = [j.end_s - j.spec.submit_s for j in finished if j.end_s is not None]
     queued = [j.queued_s for j in finished]
-    win = window_of(jobs)
+    win = window if window is not None else window_of(jobs)
     capacity = num_gpus * FULL_GPU_MILLI * win.length_s
     out: dict[str, Any] = {
         "jobs_total": len(jobs),
@@ -304,16 +326,16 @@ def summarize(
     out["avg_queueing_s"] = _round(mean(queued)) if queued else 0.0
     out["makespan_s"] = _round(win.length_s)
     out["gpu_alloc_util"] = round(alloc_area_milli_s / capacity, 6) if capacity > 0 else 0.0
-    out["preemptions"] = sum(j.preemptions for j in jobs)
+    out["preemptions"] = preemptions
     f = failures if failures is not None else Failures()
     out["node_failures"] = f.node_failures
     out["jobs_requeued_by_failures"] = f.requeued
     out["lost_work_gpu_h"] = _round(f.lost_work_gpu_s / 3600.0)
     out["down_gpu_h"] = _round(f.down_gpu_s / 3600.0)
     if rho is None:
-        rho = job_rhos(jobs, num_gpus, usage.job_speeds if usage is not None else None)
+        rho = job_rhos(jobs, num_gpus, usage.job_speeds if usage is not None else None, win)
     out.update(rho_stats(jobs, rho))
-    out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus))
+    out.update(sharing_stats(jobs, usage if usage is not None else Usage(0.0, 0.0, 1, {}, {}), num_gpus, win))
     return out
 
 
@@ -416,9 +438,12 @@ def job_slowdown(times: list[float] | None) -> float | None:
     return times[0] / times[1]
 
 
-def sharing_stats(jobs: Sequence[JobStatus], usage: Usage, num_gpus: int) -> dict[str, Any]:
-    """The GPU-sharing part of the summary (see the module docstring)."""
-    win = window_of(jobs)
+def sharing_stats(
+    jobs: Sequence[JobStatus], usage: Usage, num_gpus: int, window: Window | None = None
+) -> dict[str, Any]:
+    """The GPU-sharing part of the summary (see the module docstring); ``window``: ``window_of(jobs)``, when the
+    caller has it already."""
+    win = window if window is not None else window_of(jobs)
     length = win.length_s
     out: dict[str, Any] = {
         "gpu_sm_util": round(usage.sm_area / (num_gpus * length), 6) if length > 0 else 0.0,

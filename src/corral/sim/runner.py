@@ -143,8 +143,8 @@ def simulate(
         executor.lost_work_gpu_s,
         state.down_gpu_area(win.start_s, win.end_s),
     )
-    rho = job_rhos(jobs, topo.num_gpus, usage.job_speeds)  # once, for the summary, the tenants and jobs.csv
-    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures, rho)
+    rho = job_rhos(jobs, topo.num_gpus, usage.job_speeds, win)  # once, for the summary, the tenants and jobs.csv
+    summary = summarize(jobs, state.allocated_area(win.end_s), topo.num_gpus, usage, failures, rho, win)
     tenants = per_tenant(jobs, topo.num_gpus, usage.job_speeds, rho)
     if areas:
         tenant_quota_columns(tenants, usage, win)
