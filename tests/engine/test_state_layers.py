@@ -376,6 +376,26 @@ def test_reported_telemetry_is_summed_per_gpu_and_indexed_by_sm_use() -> None:
     s.check_invariants()
 
 
+def test_the_sm_use_index_built_late_equals_the_one_kept_all_along() -> None:
+    # The index is built when first asked for (no built-in policy asks); from then on every report keeps it.
+    def replay(ask_first: bool) -> list[list[tuple[int, int]]]:
+        s = state(cluster(gpus=[3, 1], types=["A", "B"]))
+        if ask_first:
+            s.gpus_by_sm_used(0)
+        s.add(job("a"), 0.0)
+        s.add(job("b", gpus=2, opportunistic=True), 0.0)
+        s.launch("a", P((0,)), 0.0)
+        s.launch("b", opp((0, 1), 500), 0.0)
+        s.report("a", tel(0.5, 3000))
+        s.report("b", tel(0.3, 2000))
+        s.report("a", tel(0.1, 500))
+        s.finish("a", 1.0)
+        s.check_invariants()
+        return [list(s.gpus_by_sm_used(t)) for t in (0, 1)]
+
+    assert replay(ask_first=True) == replay(ask_first=False) == [[(0, 2), (300, 0), (300, 1)], [(0, 3)]]
+
+
 def test_measured_use_follows_an_upgrade_in_place() -> None:
     s = upgrade_setup()
     s.report("o", tel(0.4, 2000))

@@ -123,9 +123,10 @@ class ClusterState:
         self._gpu_opp_milli: list[int] = [0] * topo.num_gpus
         self._gpu_sm_used: list[int] = [0] * topo.num_gpus
         self._gpu_mem_used: list[int] = [0] * topo.num_gpus
-        self._by_sm_used: list[SortedList] = [SortedList() for _ in range(n_types)]
-        for g in range(topo.num_gpus):
-            self._by_sm_used[topo.gpu_type[g]].add((0, g))
+        # (SM used, GPU) per GPU type, up GPUs only, least used first: built when first asked for
+        # (gpus_by_sm_used), kept from then on. No built-in policy asks, and keeping it cost AntMan and IADeep a
+        # remove and an add at every telemetry report, a tenth of their replays (issue 20).
+        self._by_sm_used: list[SortedList] | None = None
 
         self._jobs: dict[str, JobStatus] = {}
         self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
@@ -264,7 +265,14 @@ class ClusterState:
         return self._gpu_mem_used[gpu]
 
     def gpus_by_sm_used(self, gpu_type: int) -> Sequence[tuple[int, int]]:
-        seq: Sequence[tuple[int, int]] = self._by_sm_used[gpu_type]
+        index = self._by_sm_used
+        if index is None:
+            topo = self._topo
+            index = self._by_sm_used = [SortedList() for _ in topo.type_names]
+            for g in range(topo.num_gpus):
+                if self._up[topo.gpu_node[g]]:
+                    index[topo.gpu_type[g]].add((self._gpu_sm_used[g], g))
+        seq: Sequence[tuple[int, int]] = index[gpu_type]
         return seq
 
     # ------------------------------------------------------------------------------------------------------
@@ -690,11 +698,12 @@ class ClusterState:
         self._type_free[t] -= k
         self._node_free[node] = 0
         self._node_free_gpus[node].clear()
-        by_sm = self._by_sm_used[t]
+        by_sm = self._by_sm_used[t] if self._by_sm_used is not None else None
         for g in gpus:
             self._gpu_free_milli[g] = 0
             self._gpu_free_mem[g] = 0
-            by_sm.remove((self._gpu_sm_used[g], g))
+            if by_sm is not None:
+                by_sm.remove((self._gpu_sm_used[g], g))
         self._type_up[t] -= k
         self._up[node] = False
         self._down[node] = None
@@ -708,11 +717,12 @@ class ClusterState:
             raise InvariantViolation(f"node {topo.node_names[node]!r} is up already")
         t, k = topo.node_type[node], topo.node_num_gpus[node]
         gpus = topo.node_gpus(node)
-        by_sm = self._by_sm_used[t]
+        by_sm = self._by_sm_used[t] if self._by_sm_used is not None else None
         for g in gpus:
             self._gpu_free_milli[g] = FULL_GPU_MILLI
             self._gpu_free_mem[g] = topo.gpu_mem_mib[g]
-            by_sm.add((0, g))
+            if by_sm is not None:
+                by_sm.add((0, g))
         self._node_free[node] = k
         self._node_free_gpus[node] = dict.fromkeys(gpus)
         self._buckets[t][k][node] = None
@@ -944,12 +954,14 @@ class ClusterState:
         if not sm and not mem:
             return
         gpu_type = self._topo.gpu_type
+        by_sm = self._by_sm_used
         for g in placement.gpus:
             old = self._gpu_sm_used[g]
             if sm:
-                index = self._by_sm_used[gpu_type[g]]
-                index.remove((old, g))
-                index.add((old + sm, g))
+                if by_sm is not None:
+                    index = by_sm[gpu_type[g]]
+                    index.remove((old, g))
+                    index.add((old + sm, g))
                 self._gpu_sm_used[g] = old + sm
             self._gpu_mem_used[g] += mem
 
@@ -1032,6 +1044,7 @@ class ClusterState:
     # ------------------------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         topo = self._topo
+        by_sm = self._by_sm_used  # checked once built
         used = [0] * topo.num_gpus
         holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
         opp_holders: list[set[str]] = [set() for _ in range(topo.num_gpus)]
@@ -1155,7 +1168,7 @@ class ClusterState:
                 )
             if sm_used[g] != self._gpu_sm_used[g] or mem_used[g] != self._gpu_mem_used[g]:
                 raise InvariantViolation(f"GPU {g}: measured use index is off")
-            if (sm_used[g], g) not in self._by_sm_used[topo.gpu_type[g]]:
+            if by_sm is not None and (sm_used[g], g) not in by_sm[topo.gpu_type[g]]:
                 raise InvariantViolation(f"GPU {g}: SM-use index is off")
-        if sum(len(index) for index in self._by_sm_used) != sum(type_up):
+        if by_sm is not None and sum(len(index) for index in by_sm) != sum(type_up):
             raise InvariantViolation("the SM-use index lists GPUs that are down (or misses some that are up)")
