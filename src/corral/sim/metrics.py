@@ -339,6 +339,21 @@ def summarize(
     return out
 
 
+class _TenantSums:
+    """What :func:`per_tenant` gathers for one tenant in its one pass over the jobs, in job order."""
+
+    __slots__ = ("finished", "gpu_milli_s", "jcts", "jobs", "queued", "rejected", "rhos")
+
+    def __init__(self) -> None:
+        self.jobs = 0
+        self.finished = 0
+        self.rejected = 0
+        self.jcts: list[float] = []
+        self.queued: list[float] = []
+        self.gpu_milli_s = 0.0
+        self.rhos: list[float] = []
+
+
 def per_tenant(
     jobs: Sequence[JobStatus],
     num_gpus: int | None = None,
@@ -348,33 +363,48 @@ def per_tenant(
     """One row per tenant, by name. With ``num_gpus`` (the cluster's, needed for T_id), also ``mean_rho`` and
     ``max_rho`` over the tenant's finished jobs (0.0 when none finished); ``speeds`` as for :func:`job_rhos`;
     ``rho``: ``job_rhos(jobs, num_gpus, speeds)`` when the caller has it already."""
-    groups: dict[str, list[JobStatus]] = {}
-    for job in jobs:
-        groups.setdefault(job.spec.tenant, []).append(job)
-    fairness = None
-    if num_gpus is not None:
-        fairness = _tenant_means(jobs, job_rhos(jobs, num_gpus, speeds) if rho is None else rho)
+    if num_gpus is not None and rho is None:
+        rho = job_rhos(jobs, num_gpus, speeds)
+    # One pass over the jobs (issue 20: it was one per figure); every sum still runs in job order.
+    sums: dict[str, _TenantSums] = {}
+    for i, job in enumerate(jobs):
+        spec = job.spec
+        t = sums.get(spec.tenant)
+        if t is None:
+            t = sums[spec.tenant] = _TenantSums()
+        t.jobs += 1
+        phase = job.phase
+        if phase is JobPhase.FINISHED:
+            t.finished += 1
+            end = job.end_s
+            if end is not None:
+                t.jcts.append(end - spec.submit_s)
+            t.queued.append(job.queued_s)
+        elif phase is JobPhase.REJECTED:
+            t.rejected += 1
+        t.gpu_milli_s += job.executed_s * spec.gpu_demand_milli
+        if rho is not None:
+            r = rho[i]
+            if not math.isnan(r):
+                t.rhos.append(r)
     rows = []
-    for tenant in sorted(groups):
-        members = groups[tenant]
-        finished = [j for j in members if j.phase is JobPhase.FINISHED]
-        jcts = [j.end_s - j.spec.submit_s for j in finished if j.end_s is not None]
-        queued = [j.queued_s for j in finished]
-        gpu_s = sum((j.executed_s * j.spec.gpu_demand_milli for j in members), 0.0) / FULL_GPU_MILLI
+    for tenant in sorted(sums):
+        t = sums[tenant]
+        jcts, queued = t.jcts, t.queued
         row: dict[str, Any] = {
             "tenant": tenant,
-            "jobs": len(members),
-            "finished": len(finished),
-            "rejected": sum(1 for j in members if j.phase is JobPhase.REJECTED),
+            "jobs": t.jobs,
+            "finished": t.finished,
+            "rejected": t.rejected,
             "avg_jct_s": _round(mean(jcts)) if jcts else 0.0,
             "p95_jct_s": _round(percentiles(jcts, (95,))[0]) if jcts else 0.0,
             "avg_queueing_s": _round(mean(queued)) if queued else 0.0,
-            "gpu_hours": _round(gpu_s / 3600.0),
+            "gpu_hours": _round(t.gpu_milli_s / FULL_GPU_MILLI / 3600.0),
         }
-        if fairness is not None:
-            mean_rho, max_rho = fairness.get(tenant, (0.0, 0.0))
-            row["mean_rho"] = _round_rho(mean_rho)
-            row["max_rho"] = _round_rho(max_rho)
+        if num_gpus is not None:
+            rhos = t.rhos
+            row["mean_rho"] = _round_rho(sum(rhos, 0.0) / len(rhos)) if rhos else 0.0
+            row["max_rho"] = _round_rho(max(rhos)) if rhos else 0.0
         rows.append(row)
     return rows
 
