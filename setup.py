@@ -1,7 +1,8 @@
 """The optional compiled core (see build_backend/corral_build.py): with ``CORRAL_COMPILE=1``, mypyc compiles the
 modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the engine's job record, the
 simulated executor with its performance and sharing models, the policy framework (contract, planner, round,
-queues, placement, preemption, reasons), the baseline policies, Tiresias, Themis and HiveD's cells, the Philly and
+queues, placement, preemption, reasons), every registered policy (the baselines, Tiresias, Themis, AntMan with its
+coordinator, Gandiva, HiveD with its cells, IADeep with its predictor, tuner and Gaussian process), the Philly and
 synthetic trace readers, and the metrics with their statistics. Everything else stays Python in either build; the
 project's metadata is all in pyproject.toml.
 
@@ -12,17 +13,19 @@ the kind of code mypyc speeds up most. Left out on purpose, each because mypyc w
   decisions): a compiled class checks its attributes' declared types itself, so a bad job spec would fail with a
   TypeError before its own validation could name the field; and mypyc supports no class variables on dataclasses;
 - the executor protocols (``runtime_checkable``);
-- HiveD's policy: the conformance suite (tests/policies/test_contract.py) wraps the ``schedule`` of a policy
-  that has a ``check`` on the instance, which a compiled class does not allow;
-- AntMan, Gandiva and IADeep: they subclass the framework's Round and Planner with a narrowed attribute type,
-  which mypyc rejects (the base classes allow interpreted subclasses: ``mypyc_attr`` in their modules);
 - ``sim/runner.py``: mypyc's C for its ``_thread`` attribute does not compile.
 
 A compiled frozen dataclass cannot be unpickled field by field, so ``PolicyConfig`` pickles through its
 constructor (``__reduce__``); sums of floats start from ``0.0`` (mypyc typed an int start as the result's type); a
 config field whose type is not a plain class repeats it in ``option(..., annotation=...)`` (a compiled dataclass
 keeps only ``tuple`` or ``type`` for it); and no compiled code compares tuples by identity (``is``), since mypyc
-rebuilds a tuple where it stores one (Tiresias' event heap did, and lost every event).
+rebuilds a tuple where it stores one (Tiresias' event heap did, and lost every event). A compiled class cannot
+narrow the type of an attribute of its base, so a round on a planner of the policy's own keeps it in a field of its
+own too (AntMan's ``alloc``, Gandiva's and IADeep's ``shares``; see the framework's round module); it has no
+instance dictionary, so a test that checks each round extends a policy's ``schedule`` in a subclass
+(``tests/builders.py``'s ``checked``), never on the instance, and the policies that tests or users extend allow
+interpreted subclasses (``mypyc_attr``); it is made by its constructor, never by ``Cls.__new__(Cls)`` (IADeep's
+``Ridge.copy``); and a compiled module has no source for ``inspect.getsource`` (a test reads the file).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ COMPILED = [
     "engine/event_queue.py",
     "engine/loop.py",
     "engine/state.py",
+    "policies/antman/coordinator.py",
+    "policies/antman/policy.py",
+    "policies/antman/round.py",
     "policies/baseline.py",
     "policies/framework/contract.py",
     "policies/framework/placement/__init__.py",
@@ -50,8 +56,14 @@ COMPILED = [
     "policies/framework/queues.py",
     "policies/framework/reasons.py",
     "policies/framework/round.py",
+    "policies/gandiva.py",
     "policies/hived/cells.py",
+    "policies/hived/policy.py",
     "policies/hived/vc.py",
+    "policies/iadeep/gp.py",
+    "policies/iadeep/interference.py",
+    "policies/iadeep/policy.py",
+    "policies/iadeep/tuner.py",
     "policies/themis.py",
     "policies/tiresias.py",
     "sim/executor.py",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from corral.core.cluster import Cluster, GpuType, NodeSpec, Topology
+from corral.core.decisions import Decision
 from corral.core.events import Event
 from corral.core.job import JobClass, JobSpec
 from corral.core.placement import Placement
@@ -23,6 +25,7 @@ from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
 from corral.engine.state import ClusterState, QueueKey, submission_order
 from corral.policies.framework.contract import BasePolicy
+from corral.policies.framework.view import ClusterView
 from corral.sim.perf import PerfModel
 from corral.sim.runner import SimulationResult, simulate
 from corral.sim.traces import Trace
@@ -125,6 +128,25 @@ def run(
 ) -> SimulationResult:
     """Replay ``jobs`` with the decision log on and every invariant checked after every round."""
     return simulate(Trace(list(jobs), "test"), c, policy, perf=perf, record_decisions=True, check_invariants=True)
+
+
+def checked(policy: BasePolicy) -> BasePolicy:
+    """``policy``, made again (from its config and seed: pass a new one) as an instance of a subclass of its class
+    whose ``schedule`` calls the policy's own ``check()`` (its picture, checked from scratch) before every round;
+    ``policy`` itself if it has no ``check``. A subclass, not a ``schedule`` set on the instance: a compiled policy
+    (setup.py) has no instance dictionary to set it in."""
+    if not callable(getattr(policy, "check", None)):
+        return policy
+    return _checked_class(type(policy))(policy.config, seed=policy.seed)
+
+
+@cache
+def _checked_class(cls: type[BasePolicy]) -> type[BasePolicy]:
+    def schedule(self: Any, view: ClusterView, now_s: float) -> Decision:
+        self.check()
+        return cls.schedule(self, view, now_s)
+
+    return type(f"Checked{cls.__name__}", (cls,), {"schedule": schedule, "__module__": __name__})
 
 
 def log(result: SimulationResult) -> list[str]:

@@ -38,9 +38,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
-from builders import cluster, job
+from builders import checked, cluster, job
 from corral.core.cluster import Cluster, Topology
-from corral.core.decisions import Decision
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
 from corral.engine.state import ClusterState
@@ -304,20 +303,12 @@ def _replay(
     seed: int = 0,
     perf: PerfModel | None = None,
     after_round: Callable[[ClusterState, float], None] | None = None,
-    policy: BasePolicy | None = None,
 ) -> SimulationResult:
     """Replay ``w`` under ``spec`` with the decision log on, every invariant checked after every round (the
-    policy's own ``check()`` too, where it has one) and a bound on the rounds (:func:`_guard`)."""
-    p = policy if policy is not None else make_policy(spec, seed=seed)
+    policy's own ``check()`` too, where it has one: before every round, and at the end) and a bound on the rounds
+    (:func:`_guard`)."""
+    p = checked(make_policy(spec, seed=seed))
     check = getattr(p, "check", None)
-    if callable(check):
-        schedule = p.schedule
-
-        def checked(view: ClusterView, now_s: float) -> Decision:
-            check()
-            return schedule(view, now_s)
-
-        p.schedule = checked  # type: ignore[method-assign]
     guarded = _guard(spec, w.trace, after_round)
     result = simulate(
         w.trace, w.cluster, p, perf=perf, record_decisions=True, check_invariants=True, after_round=guarded
@@ -513,7 +504,7 @@ def test_rounds_are_work_conserving_where_claimed(spec: str, workload: str) -> N
         if not violations:
             violations.extend(f"t={now:.3f}: {line}" for line in left_waiting(state, strict))
 
-    _replay(spec, WORKLOADS[workload](), policy=policy, after_round=after_round)
+    _replay(spec, WORKLOADS[workload](), after_round=after_round)
     assert not violations, f"{spec} left jobs waiting that fit (first round with any):\n" + "\n".join(violations)
 
 

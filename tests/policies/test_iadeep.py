@@ -18,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import cluster, job, log, run, spans
+from corral.core.decisions import Decision
 from corral.core.errors import ConfigError
+from corral.policies.framework.view import ClusterView
 from corral.policies.iadeep.gp import GaussianProcess, cho_solve, cholesky, lcb_beta
 from corral.policies.iadeep.interference import InterferencePredictor, gavel_features
 from corral.policies.iadeep.policy import IADeepConfig, IADeepPolicy
@@ -405,6 +407,22 @@ def test_tuning_pays_off_against_fixed_batch_sizes() -> None:
     assert tuned.summary["avg_jct_s"] < fixed.summary["avg_jct_s"]
 
 
+class MemoryChecked(IADeepPolicy):
+    """IADeepPolicy that checks, before every round, that what the jobs on each GPU truly need fits in it (a
+    subclass: a compiled policy's ``schedule`` cannot be replaced on the instance)."""
+
+    def __init__(self, config: IADeepConfig) -> None:
+        super().__init__(config)
+        self.rounds = 0
+
+    def schedule(self, view: ClusterView, now_s: float) -> Decision:
+        for g in range(view.topology.num_gpus):
+            need = sum(t.mem_need_mib for j in view.gpu_jobs(g) if (t := view.job(j).telemetry) is not None)
+            assert need <= view.topology.gpu_mem_mib[g]
+        self.rounds += 1
+        return super().schedule(view, now_s)
+
+
 def test_co_located_jobs_never_need_more_memory_than_their_gpu_has() -> None:
     # Production-like jobs (usage below their model's benchmark) that the policy right-sizes from telemetry and
     # tunes: after every round, what the jobs on each GPU truly need fits in it.
@@ -412,23 +430,10 @@ def test_co_located_jobs_never_need_more_memory_than_their_gpu_has() -> None:
     models = ["resnet18", "lm", "resnet50", "transformer", "recommendation", "a3c", "cyclegan"]
     jobs = [job(f"j{i}", duration=3000 + 97 * i, submit=15 * i, model=models[i % 7]) for i in range(40)]
     c = cluster(nodes=2, gpus=2)
-    policy = iadeep(max_colocate=3)
-    checked = {"rounds": 0}
-    original = policy.schedule
-
-    def schedule(view: Any, now_s: float) -> Any:
-        for g in range(view.topology.num_gpus):
-            need = sum(
-                view.job(j).telemetry.mem_need_mib for j in view.gpu_jobs(g) if view.job(j).telemetry is not None
-            )
-            assert need <= view.topology.gpu_mem_mib[g]
-        checked["rounds"] += 1
-        return original(view, now_s)
-
-    policy.schedule = schedule  # type: ignore[method-assign]
+    policy = MemoryChecked(IADeepConfig(max_colocate=3))
     result = run(jobs, c, policy, perf=perf)
     assert result.summary["jobs_finished"] == 40
-    assert policy.counts["colocate"] > 5 and policy.counts["batch_changes"] > 0 and checked["rounds"] > 40
+    assert policy.counts["colocate"] > 5 and policy.counts["batch_changes"] > 0 and policy.rounds > 40
 
 
 def test_the_predictor_learns_from_the_co_locations_of_a_replay() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from builders import cluster, job, log, spans
+from builders import checked, cluster, job, log, spans
 from corral.core.cluster import Cluster, Topology
 from corral.core.decisions import Decision
 from corral.core.events import NodeJoined, NodeLost
@@ -76,15 +76,10 @@ def _cluster() -> Cluster:
 
 
 def _replay(policy: BasePolicy, jobs: list[JobSpec], c: Cluster, events: Any) -> SimulationResult:
+    """Replay under ``policy`` (a new one), with its own picture checked before every round it plays and at the
+    end, where it has a ``check()``."""
+    policy = checked(policy)
     check = getattr(policy, "check", None)
-    if callable(check):  # the policy's own picture, checked before every round it plays
-        schedule = policy.schedule
-
-        def checked(view: ClusterView, now_s: float) -> Decision:
-            check()
-            return schedule(view, now_s)
-
-        policy.schedule = checked  # type: ignore[method-assign]
     result = simulate(Trace(jobs, "test"), c, policy, record_decisions=True, check_invariants=True, node_events=events)
     if callable(check):
         check()

@@ -194,12 +194,12 @@ class _Round(Round):
     """One scheduling round, with what Gandiva counts while it plans: how many waiting jobs of each size it
     launched and sent back to the queue, and whether it packed a pair (for the wake-up, :meth:`_next_wake`)."""
 
-    __slots__ = ("backfill", "fresh", "moves_left", "packed", "queued", "requeued", "taken")
-
-    planner: _Planner
+    __slots__ = ("backfill", "fresh", "moves_left", "packed", "queued", "requeued", "shares", "taken")
 
     def __init__(self, view: ClusterView, now_s: float, moves_left: int) -> None:
-        super().__init__(view, now_s, _Planner(view))
+        shares = _Planner(view)
+        super().__init__(view, now_s, shares)
+        self.shares = shares  # the round's planner (``planner``), as its own class (see Round's module docstring)
         self.moves_left = moves_left
         self.packed = False
         self.taken: dict[int, int] = {}  # size -> waiting whole-GPU jobs launched this round
@@ -492,7 +492,7 @@ class GandivaPolicy(BasePolicy):
 
     def _resettle(self, rnd: _Round, lone: list[str], cfg: GandivaConfig) -> None:
         """Each packed job whose partner left: a new partner from the queue, or back to a whole share."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         for job_id in lone:
             if job_id in rnd.busy:
                 continue
@@ -518,7 +518,7 @@ class GandivaPolicy(BasePolicy):
         host_type = self._ctype(host.spec.model)
         if not host_type:
             return False
-        topo = rnd.planner.topo
+        topo = rnd.shares.topo
         t = topo.gpu_type[placement.gpus[0]]
         k = host.spec.num_gpus
         host_id = host.spec.job_id
@@ -538,9 +538,9 @@ class GandivaPolicy(BasePolicy):
                 if wid in rnd.busy or self._is_bad(wid, host_id):
                     continue
                 job = rnd.view.job(wid)
-                if _pinned_elsewhere(job, placement.gpus) or not rnd.planner.can_take(job.spec, placement.gpus, slot):
+                if _pinned_elsewhere(job, placement.gpus) or not rnd.shares.can_take(job.spec, placement.gpus, slot):
                     continue
-                rnd.start(job, rnd.planner.take_share(job.spec, placement.gpus, slot), waiting=True)
+                rnd.start(job, rnd.shares.take_share(job.spec, placement.gpus, slot), waiting=True)
                 self._planned[wid] = host_id
                 rnd.packed = True
                 self.counts["pack"] += 1
@@ -551,7 +551,7 @@ class GandivaPolicy(BasePolicy):
     def _fill(self, rnd: _Round, cfg: GandivaConfig) -> None:
         """Launch waiting jobs on free GPUs in queue order (see the module docstring: backfilling, reservation,
         resuming in place, defragmentation)."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         backfill = True
         if cfg.reserve_after_s is not None:
             head = next(iter(view.pending()), None)
@@ -623,7 +623,7 @@ class GandivaPolicy(BasePolicy):
     def _defragment(self, rnd: _Round, spec: JobSpec, types: tuple[int, ...]) -> Placement | None:
         """One node for a waiting gang that fits in a node, by moving single-GPU jobs off the node with the most
         free GPUs to free GPUs elsewhere; ``None`` if no node needs it or none can be freed cheaply."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         topo = planner.topo
         k = spec.num_gpus
         for t in types:
@@ -662,7 +662,7 @@ class GandivaPolicy(BasePolicy):
 
     def _movers(self, rnd: _Round, node: int, need: int) -> list[JobView] | None:
         """``need`` single-GPU jobs on ``node`` that can be moved (whole share, not acted on this round)."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         out: list[JobView] = []
         for g in planner.topo.node_gpus(node):
             if planner.gpu_free_milli(g) != 0:
@@ -685,7 +685,7 @@ class GandivaPolicy(BasePolicy):
 
     def _consolidate(self, rnd: _Round) -> None:
         """Locality: move spread jobs onto fewer nodes where some now have room."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         topo = planner.topo
         for (t, k), jobs in list(self._spread.items()):
             if not rnd.moves_left:
@@ -760,7 +760,7 @@ class GandivaPolicy(BasePolicy):
                 self._pack(rnd, host, job)
 
     def _take_host(self, rnd: _Round, cursor: _Cursor, job: JobView) -> JobView | None:
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         wid = job.spec.job_id
         for looked, host_id in enumerate(cursor.candidates()):
             if looked >= _SCAN:
@@ -789,7 +789,7 @@ class GandivaPolicy(BasePolicy):
         return None
 
     def _pack(self, rnd: _Round, host: JobView, job: JobView) -> None:
-        planner = rnd.planner
+        planner = rnd.shares
         host_id, wid = host.spec.job_id, job.spec.job_id
         placement = host.placement
         assert placement is not None
@@ -804,7 +804,7 @@ class GandivaPolicy(BasePolicy):
     def _time_slice(self, rnd: _Round, cfg: GandivaConfig) -> None:
         """Round-robin among jobs of one size: each running job that has had its quantum gives its GPUs to the
         job of its size that has waited longest (preferring, for a suspended job, the GPUs it left)."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.shares
         cutoff = rnd.now_s - cfg.quantum_s
         for k, waiting in self._waiting.items():
             slices = self._slices.groups.get(k)
@@ -867,7 +867,7 @@ class GandivaPolicy(BasePolicy):
         """Could ``job`` take ``victim``'s GPUs, whole (type, memory, quota)?"""
         placement = victim.placement
         assert placement is not None
-        planner = rnd.planner
+        planner = rnd.shares
         planner.release(victim)
         ok = planner.can_take(job.spec, placement.gpus, FULL_GPU_MILLI)
         planner.take_share(victim.spec, placement.gpus, placement.gpu_milli)

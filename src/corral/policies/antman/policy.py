@@ -492,7 +492,7 @@ class AntManPolicy(BasePolicy):
     def _take_ordinary(self, rnd: AntManRound, spec: JobSpec, types: tuple[int, ...]) -> Placement | None:
         """Allocation for ``spec`` by ``placement`` on GPUs of ``types``, reserving its expected memory (at most what
         is not reserved on each GPU: opportunistic jobs' memory is reclaimed, see :meth:`_reclaim`)."""
-        planner = rnd.planner
+        planner = rnd.alloc
         strategy = self.cfg.placement
         found = rnd.place(spec, strategy, types)
         # Prefer GPUs where no opportunistic job runs: reclaiming one slows it for nothing when another GPU is
@@ -544,7 +544,7 @@ class AntManPolicy(BasePolicy):
                     rnd.drop_guest(x, reason)
                     self.counts["reclaim_suspend"] += 1
                 continue
-            left = rnd.planner.gpu_free_mem_mib(g)
+            left = rnd.alloc.gpu_free_mem_mib(g)
             for x in visitors:
                 cap = rnd.cap(x)
                 need = self._need(view, view.job(x).spec, g)
@@ -571,7 +571,7 @@ class AntManPolicy(BasePolicy):
 
     # -- guaranteed jobs --------------------------------------------------------------------------------------
     def _admit_guaranteed(self, rnd: AntManRound) -> None:
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.alloc
         strategy = self.cfg.placement
         cursors: dict[str, Iterator[_Entry]] = {}
         heads: dict[str, _Entry] = {}
@@ -607,7 +607,7 @@ class AntManPolicy(BasePolicy):
         """The quota ``spec``'s tenant lent to its upgraded jobs, taken back for its guaranteed job ``spec`` (see
         the module docstring): the latest upgraded first, as few as give ``spec`` its quota and a placement. They
         are suspended to the opportunistic queue. ``None`` (nothing changed) if even all of them would not do."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.alloc
         cp = rnd.checkpoint()
         released: list[str] = []
         planned: dict[str, int] = {}  # reservations the coordinator re-sized this round, put back while released
@@ -637,7 +637,7 @@ class AntManPolicy(BasePolicy):
 
     # -- upgrades ---------------------------------------------------------------------------------------------
     def _upgrade(self, rnd: AntManRound) -> None:
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.alloc
         budget = self.cfg.max_upgrades
         looks = 4 * budget  # candidates examined at most (quota misses included)
         heap: list[tuple[tuple[int, float, str], str]] = []
@@ -669,7 +669,7 @@ class AntManPolicy(BasePolicy):
             # the cursor is exhausted, or the tenant is done for this round
 
     def _plan_upgrade(self, rnd: AntManRound, job_id: str) -> bool:
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.alloc
         job = view.job(job_id)
         spec = job.spec
         topo = self._topo
@@ -706,7 +706,7 @@ class AntManPolicy(BasePolicy):
     def _place_waiting_opportunistic(self, rnd: AntManRound) -> None:
         """Walk the opportunistic queue in FIFO order over its shape groups, dropping at once every group of a
         kind whose smaller jobs did not fit (as ``corral.policies.framework.queues.PendingWalk`` does)."""
-        view, planner = rnd.view, rnd.planner
+        view, planner = rnd.view, rnd.alloc
         strategy = self.cfg.placement
         exclusive = not self.cfg.opportunistic
         if not exclusive and not any(self._open):

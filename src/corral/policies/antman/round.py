@@ -55,6 +55,7 @@ class AntManRound(Round):
     around them by :meth:`decision`."""
 
     __slots__ = (
+        "alloc",
         "caps",
         "downgrade",
         "evict",
@@ -68,10 +69,10 @@ class AntManRound(Round):
         "why",
     )
 
-    planner: AllocationPlanner
-
     def __init__(self, view: ClusterView, now_s: float) -> None:
-        super().__init__(view, now_s, AllocationPlanner(view))
+        alloc = AllocationPlanner(view)
+        super().__init__(view, now_s, alloc)
+        self.alloc = alloc  # the round's planner (``planner``), as its own class (see Round's module docstring)
         self.caps: dict[str, int] = {}  # running opportunistic job -> planned memory cap
         self.shares: dict[str, int] = {}  # running opportunistic job -> planned share cap
         self.reserve: dict[str, int] = {}  # running holder -> planned memory reservation
@@ -114,14 +115,14 @@ class AntManRound(Round):
 
     def guest_free(self, g: int) -> int:
         """Memory on ``g`` given to no one, as planned."""
-        return self.planner.gpu_free_mem_mib(g) - sum(self.cap(x) for x in self.guests_on(g))
+        return self.alloc.gpu_free_mem_mib(g) - sum(self.cap(x) for x in self.guests_on(g))
 
     def guest_milli(self, g: int) -> int:
         return sum(self.share(x) for x in self.guests_on(g))
 
     def held(self, g: int) -> bool:
         """Does anyone hold an allocation on ``g`` (now or as planned)?"""
-        return self.planner.gpu_free_milli(g) < FULL_GPU_MILLI
+        return self.alloc.gpu_free_milli(g) < FULL_GPU_MILLI
 
     def set_guest(self, x: str, share: int | None = None, cap: int | None = None) -> None:
         new = self.new_guests.get(x)
@@ -164,7 +165,7 @@ class AntManRound(Round):
         assert job.placement is not None
         old = self.reserve.get(h, mem_given(job.spec, job.placement))
         for g in job.placement.gpus:
-            self.planner.add_memory(g, old - mem)
+            self.alloc.add_memory(g, old - mem)
         self.reserve[h] = mem
 
     # -- the decision -----------------------------------------------------------------------------------------

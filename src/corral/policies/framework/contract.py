@@ -61,7 +61,7 @@ from corral.core.wording import gpus
 from corral.policies.framework.view import ClusterView
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the configs of the policies left uncompiled (setup.py)
+@mypyc_attr(allow_interpreted_subclasses=True)  # the configs of users' own policies (Python: setup.py)
 @dataclasses.dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Base of every policy's options. Subclasses add fields made with :func:`corral.core.options.option`."""
@@ -72,7 +72,7 @@ class PolicyConfig:
         return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the policies left uncompiled (setup.py), and users' own
+@mypyc_attr(allow_interpreted_subclasses=True)  # users' own policies and tests' (Python: setup.py)
 class BasePolicy:
     """Neutral defaults for every hook. Subclasses set ``name``, ``summary`` and ``Config``."""
 

@@ -43,7 +43,7 @@ class PlannerCheckpoint(NamedTuple):
     base_nodes: dict[tuple[int, int], list[Any]]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by policies left uncompiled (setup.py)
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by users' own policies (Python: setup.py)
 class Planner:
     __slots__ = (
         "_any_changed",

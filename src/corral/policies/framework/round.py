@@ -17,6 +17,14 @@ A policy with state of its own for the round (Gandiva's slice counts, AntMan's o
 memory reservations and batch sizes) subclasses it and adds fields; a policy that needs nothing more than a walk of
 the queue (FIFO) uses :func:`corral.policies.baseline.fill` and never sees it. ``schedule()`` stays the one
 required method of a policy.
+
+A subclass whose round plans on a planner of its own (a :class:`Planner` subclass: AntMan's allocation layer,
+Gandiva's and IADeep's shares) passes it to ``__init__`` and keeps it in a field of its own as well, declared with
+its class (AntMan's ``alloc``, Gandiva's and IADeep's ``shares``): the same object as ``planner``, which stays
+declared ``Planner``. Redeclaring ``planner`` with the subclass is what mypy allows but mypyc (the compiled core,
+setup.py) does not: a compiled class cannot narrow the type of an attribute of its base. Nor is this class generic
+in its planner's type: mypyc compiles no overloaded ``__init__``, so a plain ``Round(view, now_s)`` could not
+default to ``Round[Planner]`` and every plain round would spell out its planner's type.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ class RoundCheckpoint(NamedTuple):
     waiting: dict[str, str]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by policies left uncompiled (setup.py)
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by users' own policies (Python: setup.py)
 class Round:
     """The plan of one ``schedule`` call (see the module docstring)."""
 

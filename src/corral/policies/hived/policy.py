@@ -64,6 +64,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.decisions import Decision
 from corral.core.errors import InvariantViolation
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
@@ -218,6 +220,7 @@ class _Round(Round):
             self.added[job.spec.tenant] = self.added.get(job.spec.tenant, 0) + sign * job.spec.gpu_demand_milli
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a user's policy (and a test's) may extend it
 class HivedPolicy(BasePolicy):
     name = "hived"
     summary = "HiveD (OSDI'20): virtual clusters of cells, buddy allocation, borrowers preempted; cells=false: quotas"

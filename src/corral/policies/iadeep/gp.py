@@ -33,7 +33,7 @@ def cholesky(a: Sequence[Sequence[float]]) -> list[list[float]]:
         row_i = low[i]
         for j in range(i + 1):
             row_j = low[j]
-            total = a[i][j] - sum(row_i[k] * row_j[k] for k in range(j))
+            total = a[i][j] - sum((row_i[k] * row_j[k] for k in range(j)), 0.0)
             if i == j:
                 row_i[j] = math.sqrt(total if total > _JITTER else _JITTER)
             else:
@@ -45,7 +45,7 @@ def solve_lower(low: Sequence[Sequence[float]], b: Sequence[float]) -> list[floa
     """x with L x = b."""
     x: list[float] = []
     for i, row in enumerate(low):
-        x.append((b[i] - sum(row[k] * x[k] for k in range(i))) / row[i])
+        x.append((b[i] - sum((row[k] * x[k] for k in range(i)), 0.0)) / row[i])
     return x
 
 
@@ -54,7 +54,7 @@ def solve_upper_t(low: Sequence[Sequence[float]], b: Sequence[float]) -> list[fl
     n = len(low)
     x = [0.0] * n
     for i in range(n - 1, -1, -1):
-        x[i] = (b[i] - sum(low[k][i] * x[k] for k in range(i + 1, n))) / low[i][i]
+        x[i] = (b[i] - sum((low[k][i] * x[k] for k in range(i + 1, n)), 0.0)) / low[i][i]
     return x
 
 
@@ -82,7 +82,7 @@ class GaussianProcess:
         self._alpha: list[float] = []
 
     def kernel(self, x: Sequence[float], y: Sequence[float]) -> float:
-        d2 = sum((a - b) ** 2 for a, b in zip(x, y, strict=True))
+        d2 = sum(((a - b) ** 2 for a, b in zip(x, y, strict=True)), 0.0)
         return self.signal * math.exp(-d2 / (2.0 * self.length**2))
 
     def fit(self, xs: Sequence[Sequence[float]], ys: Sequence[float]) -> None:
@@ -101,9 +101,9 @@ class GaussianProcess:
         if not self._xs:
             return 0.0, self.signal
         ks = [self.kernel(x, xi) for xi in self._xs]
-        mean = sum(a * b for a, b in zip(ks, self._alpha, strict=True))
+        mean = sum((a * b for a, b in zip(ks, self._alpha, strict=True)), 0.0)
         v = solve_lower(self._low, ks)
-        var = self.signal - sum(vi * vi for vi in v)
+        var = self.signal - sum((vi * vi for vi in v), 0.0)
         return mean, max(var, 0.0)
 
 

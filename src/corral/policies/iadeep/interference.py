@@ -154,8 +154,9 @@ class Ridge:
         self.count = 0
 
     def copy(self) -> Ridge:
-        other = Ridge.__new__(Ridge)
-        other.dim, other.lam, other.count = self.dim, self.lam, self.count
+        # Made by its constructor, then overwritten: a compiled class (setup.py) is not made by ``Ridge.__new__``.
+        other = Ridge(self.dim, self.lam)
+        other.count = self.count
         other._a = [row[:] for row in self._a]
         other._b = self._b[:]
         other._w = None if self._w is None else self._w[:]
@@ -182,7 +183,7 @@ class Ridge:
         return w
 
     def predict(self, phi: Sequence[float]) -> float:
-        return sum(wi * pi for wi, pi in zip(self.weights, phi, strict=True))
+        return sum((wi * pi for wi, pi in zip(self.weights, phi, strict=True)), 0.0)
 
 
 class _GpuModel:

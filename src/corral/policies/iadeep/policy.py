@@ -68,6 +68,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from corral.core.cluster import Topology
 from corral.core.decisions import Decision, Launch, SetBatchSize
 from corral.core.errors import ConfigError
@@ -200,12 +202,12 @@ class _Round(Round):
     what the round changed of the running jobs: their reservations and batch sizes as planned, the GPUs it placed
     on, the jobs it moved or sent back, and memos for the round."""
 
-    __slots__ = ("batch", "evicted", "feats", "moved", "needs", "reserve", "shrink", "touched")
-
-    planner: _Planner
+    __slots__ = ("batch", "evicted", "feats", "moved", "needs", "reserve", "shares", "shrink", "touched")
 
     def __init__(self, view: ClusterView, now_s: float) -> None:
-        super().__init__(view, now_s, planner=_Planner(view))
+        shares = _Planner(view)
+        super().__init__(view, now_s, shares)
+        self.shares = shares  # the round's planner (``planner``), as its own class (see Round's module docstring)
         self.reserve: dict[str, int] = {}  # job -> memory reservation as planned
         self.batch: dict[str, int] = {}  # job -> batch size as planned
         self.touched: set[int] = set()  # GPUs this round placed on or re-seated
@@ -224,6 +226,7 @@ class _Round(Round):
         return mem_given(job.spec, job.placement)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a user's policy (and a test's) may extend it
 class IADeepPolicy(BasePolicy):
     name = "iadeep"
     summary = "interference-aware co-location and GP-LCB batch-size tuning within GPU memory (IADeep, SC'23)"
@@ -523,7 +526,7 @@ class IADeepPolicy(BasePolicy):
     def _capacity(self, rnd: _Round, g: int, ids: tuple[str, ...]) -> int:
         """GPU memory ``g`` has for jobs ``ids`` (running there): what is free plus what they hold, as planned."""
         view = rnd.view
-        return rnd.planner.gpu_free_mem_mib(g) + sum(rnd.reservation(view.job(j)) for j in ids)
+        return rnd.shares.gpu_free_mem_mib(g) + sum(rnd.reservation(view.job(j)) for j in ids)
 
     def _fits(self, rnd: _Round, ids: tuple[str, ...], config: Sizes, capacity: int) -> bool:
         return sum(self._need(rnd, j, b) for j, b in zip(ids, config, strict=True)) <= capacity
@@ -571,7 +574,7 @@ class IADeepPolicy(BasePolicy):
             target = self._need(rnd, job_id, b)
             held = rnd.reservation(job)
             if target > held:
-                room = rnd.planner.gpu_free_mem_mib(g)
+                room = rnd.shares.gpu_free_mem_mib(g)
                 if room >= target - held:
                     self._resize(rnd, job, g, target)
                 elif len(self._members.get(g, ())) > 1:
@@ -596,7 +599,7 @@ class IADeepPolicy(BasePolicy):
         if mem_mib == held:
             return
         rnd.resize(job.spec.job_id, mem_mib=mem_mib, reason="iadeep: memory reservation")
-        rnd.planner.add_memory(g, held - mem_mib)
+        rnd.shares.add_memory(g, held - mem_mib)
         rnd.reserve[job.spec.job_id] = mem_mib
 
     def _repair(self, rnd: _Round, g: int) -> None:
@@ -649,7 +652,7 @@ class IADeepPolicy(BasePolicy):
         planned = rnd.reserve.pop(job.spec.job_id, None)
         rnd.preempt(job, reason, suspend=True)
         if planned is not None:
-            rnd.planner.add_memory(job.placement.gpus[0], planned - mem_given(job.spec, job.placement))
+            rnd.shares.add_memory(job.placement.gpus[0], planned - mem_given(job.spec, job.placement))
 
     def _apply_config(self, rnd: _Round, g: int, ids: tuple[str, ...], config: Sizes, reason: str) -> None:
         """Give the running jobs ``ids`` on ``g`` the batch sizes ``config`` and the reservations they need: what
@@ -783,7 +786,7 @@ class IADeepPolicy(BasePolicy):
 
     def _wait_reason(self, rnd: _Round, job: JobView) -> str:
         spec = job.spec
-        planner = rnd.planner
+        planner = rnd.shares
         if not planner.quota_allows(spec):
             return quota_reason(planner, spec)
         if colocatable(spec):
@@ -793,7 +796,7 @@ class IADeepPolicy(BasePolicy):
     def _place_other(self, rnd: _Round, job: JobView) -> bool:
         """A gang or a fractional job: whole GPUs (or its share), consolidated, never co-located."""
         spec = job.spec
-        if not rnd.planner.quota_allows(spec):
+        if not rnd.shares.quota_allows(spec):
             return False
         placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED)
         if placement is None:
@@ -809,7 +812,7 @@ class IADeepPolicy(BasePolicy):
 
     def _place_alone(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
         """``job`` alone on an idle GPU of ``types``, consolidated, if one is free (within its tenant's quota)."""
-        planner = rnd.planner
+        planner = rnd.shares
         spec = job.spec
         if not planner.quota_allows(spec) or not any(planner.type_free(t) >= 1 for t in types):
             return False
@@ -839,7 +842,7 @@ class IADeepPolicy(BasePolicy):
 
     def _colocate(self, rnd: _Round, job: JobView, types: tuple[int, ...]) -> bool:
         cfg = self.cfg
-        planner = rnd.planner
+        planner = rnd.shares
         spec = job.spec
         slot = cfg.slot_milli
         if not planner.quota_allows_milli(spec, slot):
@@ -931,7 +934,7 @@ class IADeepPolicy(BasePolicy):
         the packed share (suspended and resumed in place) with their new batch size and reservation; the others
         change in place, what frees memory before the launch and what takes it after."""
         view = rnd.view
-        planner = rnd.planner
+        planner = rnd.shares
         slot = self.cfg.slot_milli
         reason = f"iadeep: {job.spec.job_id} joins"
         grow: list[tuple[JobView, int, int]] = []
@@ -965,7 +968,7 @@ class IADeepPolicy(BasePolicy):
     def _reseat_alone(self, rnd: _Round) -> None:
         """A job left alone at the packed share gets its whole GPU (and its own batch size) back."""
         view = rnd.view
-        planner = rnd.planner
+        planner = rnd.shares
         for g in self._changed:
             if g in rnd.touched:
                 continue

@@ -100,7 +100,7 @@ class MemoryCurve:
             if points is self._points:
                 self._fit = coeffs
         x = b / xs[-1]
-        value = sum(c * x**i for i, c in enumerate(coeffs))
+        value = sum((c * x**i for i, c in enumerate(coeffs)), 0.0)
         # Memory does not shrink as the batch grows: never below a report at a batch size at most b.
         floor = max((points[x0] for x0 in xs if x0 <= b), default=0.0)
         return max(value, floor, 0.0)
@@ -115,10 +115,10 @@ def _key(batch: int | None, model: ModelTraits) -> int:
 def _polyfit(xs: Sequence[float], ys: Sequence[float], degree: int) -> list[float]:
     """Least-squares polynomial coefficients (lowest first) of ``degree`` through the points."""
     d = degree + 1
-    a = [[sum(x ** (i + j) for x in xs) for j in range(d)] for i in range(d)]
+    a = [[sum((x ** (i + j) for x in xs), 0.0) for j in range(d)] for i in range(d)]
     for i in range(d):
         a[i][i] += 1e-12
-    b = [sum(y * x**i for x, y in zip(xs, ys, strict=True)) for i in range(d)]
+    b = [sum((y * x**i for x, y in zip(xs, ys, strict=True)), 0.0) for i in range(d)]
     return cho_solve(cholesky(a), b)
 
 
