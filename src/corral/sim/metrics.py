@@ -253,13 +253,18 @@ def jain_index(values: Sequence[float]) -> float:
     return fsum_pairwise(values) ** 2 / (len(values) * squares) if squares > 0 else 1.0
 
 
-def _tenant_means(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, tuple[float, float]]:
-    """``tenant -> (mean rho, max rho)`` over the tenant's jobs that have a rho."""
+def _mean_rho(rhos: list[float]) -> float:
+    """A tenant's mean rho, summed in job order: the same figure in the summary's Jain index and in tenants.csv."""
+    return sum(rhos, 0.0) / len(rhos)
+
+
+def _tenant_means(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, float]:
+    """``tenant -> mean rho`` over the tenant's jobs that have a rho."""
     groups: dict[str, list[float]] = {}
     for job, r in zip(jobs, rho, strict=True):
         if not math.isnan(r):
             groups.setdefault(job.spec.tenant, []).append(r)
-    return {t: (sum(v, 0.0) / len(v), max(v)) for t, v in groups.items()}
+    return {t: _mean_rho(v) for t, v in groups.items()}
 
 
 def rho_stats(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, float]:
@@ -267,7 +272,7 @@ def rho_stats(jobs: Sequence[JobStatus], rho: Sequence[float]) -> dict[str, floa
     if not got:
         return {"max_rho": 0.0, "p50_rho": 0.0, "p90_rho": 0.0, "p99_rho": 0.0, "jain_rho_tenants": 0.0}
     p50, p90, p99 = percentiles(got, (50, 90, 99))
-    means = [m for m, _ in _tenant_means(jobs, rho).values()]
+    means = list(_tenant_means(jobs, rho).values())
     return {
         "max_rho": _round_rho(max(got)),
         "p50_rho": _round_rho(p50),
@@ -403,7 +408,7 @@ def per_tenant(
         }
         if num_gpus is not None:
             rhos = t.rhos
-            row["mean_rho"] = _round_rho(sum(rhos, 0.0) / len(rhos)) if rhos else 0.0
+            row["mean_rho"] = _round_rho(_mean_rho(rhos)) if rhos else 0.0
             row["max_rho"] = _round_rho(max(rhos)) if rhos else 0.0
         rows.append(row)
     return rows
