@@ -25,7 +25,10 @@ own too (AntMan's ``alloc``, Gandiva's and IADeep's ``shares``; see the framewor
 instance dictionary, so a test that checks each round extends a policy's ``schedule`` in a subclass
 (``tests/builders.py``'s ``checked``), never on the instance, and the policies that tests or users extend allow
 interpreted subclasses (``mypyc_attr``); it is made by its constructor, never by ``Cls.__new__(Cls)`` (IADeep's
-``Ridge.copy``); and a compiled module has no source for ``inspect.getsource`` (a test reads the file).
+``Ridge.copy``); and a compiled module has no source for ``inspect.getsource`` (a test reads the file). A
+compiled dataclass runs the ``__init__`` that ``dataclasses`` generates as interpreted code (a frozen one, 15x
+slower than compiled), so the records made on the hot path write theirs out (``object.__setattr__`` for a frozen
+one, which mypyc compiles to a direct store); tests/core/test_dataclass_inits.py checks each against its fields.
 """
 
 from __future__ import annotations

@@ -58,6 +58,52 @@ class JobStatus:
     telemetry: Telemetry | None = None
     batch_size_set: int | None = None
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code, several times slower, and every job makes one (issue 20; setup.py).
+    def __init__(
+        self,
+        spec: JobSpec,
+        phase: JobPhase = JobPhase.PENDING,
+        placement: Placement | None = None,
+        first_start_s: float | None = None,
+        last_start_s: float | None = None,
+        end_s: float | None = None,
+        executed_s: float = 0.0,
+        work_done_s: float = 0.0,
+        queued_s: float = 0.0,
+        queued_since_s: float = 0.0,
+        preemptions: int = 0,
+        run_epoch: int = 0,
+        reason: str | None = None,
+        wait_reason: str | None = None,
+        suspended_from: Placement | None = None,
+        movable: bool = True,
+        observed_rate: float | None = None,
+        upgraded: bool = False,
+        telemetry: Telemetry | None = None,
+        batch_size_set: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.phase = phase
+        self.placement = placement
+        self.first_start_s = first_start_s
+        self.last_start_s = last_start_s
+        self.end_s = end_s
+        self.executed_s = executed_s
+        self.work_done_s = work_done_s
+        self.queued_s = queued_s
+        self.queued_since_s = queued_since_s
+        self.preemptions = preemptions
+        self.run_epoch = run_epoch
+        self.reason = reason
+        self.wait_reason = wait_reason
+        self.suspended_from = suspended_from
+        self.movable = movable
+        self.observed_rate = observed_rate
+        self.upgraded = upgraded
+        self.telemetry = telemetry
+        self.batch_size_set = batch_size_set
+
     @property
     def job_id(self) -> str:
         return self.spec.job_id

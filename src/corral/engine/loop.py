@@ -87,6 +87,12 @@ class LoggedAction:
     time_s: float
     action: Action | NodeChanged
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code, and a decision log holds one per action (issue 20; setup.py).
+    def __init__(self, time_s: float, action: Action | NodeChanged) -> None:
+        object.__setattr__(self, "time_s", time_s)
+        object.__setattr__(self, "action", action)
+
     def render(self) -> str:
         a = self.action
         if isinstance(a, NodeChanged):

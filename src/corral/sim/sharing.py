@@ -93,6 +93,28 @@ class Profile:
     usage: float = 1.0  # its usage factor times its share: how much of its model's benchmark GPU use it makes
     colocation_type: str = ""  # its Gavel job type at its batch size ("" : none); see the module docstring
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code, 15x slower, and every launch and demand change makes a profile (issue 20; setup.py).
+    def __init__(
+        self,
+        sm_util: float,
+        mem_need_mib: int,
+        mem_mean_frac: float,
+        mem_bw: float,
+        solo_step_s: float,
+        traits: ModelTraits,
+        usage: float = 1.0,
+        colocation_type: str = "",
+    ) -> None:
+        object.__setattr__(self, "sm_util", sm_util)
+        object.__setattr__(self, "mem_need_mib", mem_need_mib)
+        object.__setattr__(self, "mem_mean_frac", mem_mean_frac)
+        object.__setattr__(self, "mem_bw", mem_bw)
+        object.__setattr__(self, "solo_step_s", solo_step_s)
+        object.__setattr__(self, "traits", traits)
+        object.__setattr__(self, "usage", usage)
+        object.__setattr__(self, "colocation_type", colocation_type)
+
 
 def _uniform(what: str, job_id: str, seed: int) -> float:
     """A uniform draw in [0, 1) keyed by ``what``, the job id and the seed: the same on every run and platform, and

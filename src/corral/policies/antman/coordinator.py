@@ -124,6 +124,14 @@ class Holder:
     reserved_mib: int  # GPU memory reserved for it on each of its GPUs
     telemetry: Telemetry | None
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code, and every coordinator step makes these (issue 20; setup.py).
+    def __init__(self, job_id: str, gpus: tuple[int, ...], reserved_mib: int, telemetry: Telemetry | None) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "reserved_mib", reserved_mib)
+        object.__setattr__(self, "telemetry", telemetry)
+
 
 @dataclass(frozen=True, slots=True)
 class Guest:
@@ -139,12 +147,37 @@ class Guest:
     # what its share costs them (a job still importing its framework uses none of it): it does not grow.
     stepping: bool = True
 
+    # Written out, as Holder's.
+    def __init__(
+        self,
+        job_id: str,
+        gpus: tuple[int, ...],
+        share_milli: int,
+        request_milli: int,
+        mem_cap_mib: int,
+        need_mib: int,
+        stepping: bool = True,
+    ) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "share_milli", share_milli)
+        object.__setattr__(self, "request_milli", request_milli)
+        object.__setattr__(self, "mem_cap_mib", mem_cap_mib)
+        object.__setattr__(self, "need_mib", need_mib)
+        object.__setattr__(self, "stepping", stepping)
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSnapshot:
     mem_mib: int
     holders: tuple[str, ...]
     guests: tuple[str, ...]  # oldest first: the newest shrink first when memory runs short
+
+    # Written out, as Holder's.
+    def __init__(self, mem_mib: int, holders: tuple[str, ...], guests: tuple[str, ...]) -> None:
+        object.__setattr__(self, "mem_mib", mem_mib)
+        object.__setattr__(self, "holders", holders)
+        object.__setattr__(self, "guests", guests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +193,19 @@ class Snapshot:
     guests: Mapping[str, Guest]
     focus: Collection[str]
 
+    # Written out, as Holder's.
+    def __init__(
+        self,
+        gpus: Mapping[int, GpuSnapshot],
+        holders: Mapping[str, Holder],
+        guests: Mapping[str, Guest],
+        focus: Collection[str],
+    ) -> None:
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "holders", holders)
+        object.__setattr__(self, "guests", guests)
+        object.__setattr__(self, "focus", focus)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -172,6 +218,21 @@ class Plan:
     mem_caps: Mapping[str, int] = field(default_factory=dict)
     evict: tuple[str, ...] = ()
     why: Mapping[str, str] = field(default_factory=dict)
+
+    # Written out, as Holder's (None: a new empty dict, as the fields' factories give).
+    def __init__(
+        self,
+        reservations: Mapping[str, int] | None = None,
+        shares: Mapping[str, int] | None = None,
+        mem_caps: Mapping[str, int] | None = None,
+        evict: tuple[str, ...] = (),
+        why: Mapping[str, str] | None = None,
+    ) -> None:
+        object.__setattr__(self, "reservations", {} if reservations is None else reservations)
+        object.__setattr__(self, "shares", {} if shares is None else shares)
+        object.__setattr__(self, "mem_caps", {} if mem_caps is None else mem_caps)
+        object.__setattr__(self, "evict", evict)
+        object.__setattr__(self, "why", {} if why is None else why)
 
     def __bool__(self) -> bool:
         return bool(self.reservations or self.shares or self.mem_caps or self.evict)

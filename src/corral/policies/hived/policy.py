@@ -178,6 +178,12 @@ class _Run:
     high: bool
     vc: int  # -1: none
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code (issue 20; setup.py).
+    def __init__(self, high: bool, vc: int) -> None:
+        object.__setattr__(self, "high", high)
+        object.__setattr__(self, "vc", vc)
+
 
 _Plan = tuple[Any, ...]  # ("cell", cell) | ("bind", level) | ("spare",)
 

@@ -68,6 +68,16 @@ class JobFeatures:
     bw: float  # memory-bandwidth fraction alone, 0..1
     mem: float  # GPU memory need / the GPU's memory
 
+    # Written out (a test checks it against the fields): the compiled core runs a dataclass's generated __init__ as
+    # interpreted code, and the predictor makes these for every job it weighs (issue 20; setup.py).
+    def __init__(self, family: str, job_type: str, log_batch: float, sm: float, bw: float, mem: float) -> None:
+        object.__setattr__(self, "family", family)
+        object.__setattr__(self, "job_type", job_type)
+        object.__setattr__(self, "log_batch", log_batch)
+        object.__setattr__(self, "sm", sm)
+        object.__setattr__(self, "bw", bw)
+        object.__setattr__(self, "mem", mem)
+
 
 def job_features(
     table: ColocationTable | None,
