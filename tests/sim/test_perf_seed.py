@@ -122,3 +122,19 @@ def test_antman_changes_with_the_seed() -> None:
     one = run(jobs, c, make_policy("antman"), perf=PerfModel(seed=1))
     two = run(jobs, c, make_policy("antman"), perf=PerfModel(seed=2))
     assert _exact(one) != _exact(two)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_a_draw_is_the_job_ids_keyed_digest(seed: int) -> None:
+    """The per-job draws (usage spread, demand change) are the job id's keyed BLAKE2b-64 digest as a fraction,
+    whether the keyed hasher is made afresh or copied from the one kept per key (the same values in every replay
+    before and since)."""
+    import hashlib
+
+    from corral.sim.sharing import _uniform
+
+    for what in ("usage", "demand-at", "demand-by"):
+        for job_id in ("job-1", "application_1506638472019_10238", "ジョブ", "x" * 200):
+            key = f"{what}:{seed}".encode()
+            digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=key).digest()
+            assert _uniform(what, job_id, seed) == int.from_bytes(digest, "little") / 2.0**64

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from corral.core.job import FULL_GPU_MILLI, JobSpec
 from corral.workloads.batching import batch_curve, type_at_batch
@@ -116,11 +117,21 @@ class Profile:
         object.__setattr__(self, "colocation_type", colocation_type)
 
 
+# Keyed hashers that have taken their key, per (what, seed): a copy of one hashes a job id as a new keyed hasher
+# would, without hashing the key's block again (three draws per launch: issue 20).
+_KEYED: dict[tuple[str, int], Any] = {}
+
+
 def _uniform(what: str, job_id: str, seed: int) -> float:
     """A uniform draw in [0, 1) keyed by ``what``, the job id and the seed: the same on every run and platform, and
-    cheaper than seeding a generator per job."""
-    digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=f"{what}:{seed}".encode()).digest()
-    return int.from_bytes(digest, "little") / 2.0**64
+    cheaper than seeding a generator per job. The job id's keyed BLAKE2b-64 digest, read as a little-endian
+    fraction."""
+    keyed = _KEYED.get((what, seed))
+    if keyed is None:
+        keyed = _KEYED[(what, seed)] = hashlib.blake2b(digest_size=8, key=f"{what}:{seed}".encode())
+    h = keyed.copy()
+    h.update(job_id.encode())
+    return int.from_bytes(h.digest(), "little") / 2.0**64
 
 
 def usage_factor(job_id: str, seed: int, spread: float) -> float:
