@@ -11,6 +11,7 @@ its own parameter once, calling ``__post_init__`` when the class has one.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,40 @@ def test_written_init_matches_the_fields(where: str, node: ast.ClassDef) -> None
         for s in init.body
     )
     assert calls_post_init == has_post_init
+
+
+def test_records_with_a_written_init_copy_and_pickle() -> None:
+    """A compiled class with a written ``__init__`` cannot be made empty and filled in, as ``copy`` and ``pickle``
+    do by default: JobStatus (copied and pickled for the live controller's forecasts) and Telemetry (inside it)
+    go through their constructors, with every field, and so does the live controller's ObservedTelemetry."""
+    import copy
+    import pickle
+
+    from corral.core.job import JobPhase, JobSpec
+    from corral.core.placement import Placement
+    from corral.core.status import JobStatus
+    from corral.core.telemetry import Telemetry
+
+    telemetry = Telemetry(5.0, 0.3, 0.25, 900, 600, 1000, 0.7)
+    job = JobStatus(
+        JobSpec("a", 1.0, 2, 50.0),
+        phase=JobPhase.RUNNING,
+        placement=Placement((0, 1)),
+        work_done_s=3.5,
+        preemptions=2,
+        telemetry=telemetry,
+        batch_size_set=64,
+    )
+    for twin in (copy.copy(job), pickle.loads(pickle.dumps(job))):
+        assert type(twin) is JobStatus and twin is not job
+        assert dataclasses.astuple(twin) == dataclasses.astuple(job)
+    assert copy.copy(job).telemetry is telemetry  # shallow: the frozen values are shared
+    assert pickle.loads(pickle.dumps(telemetry)) == telemetry
+    try:
+        from corral.live.controller.baseline import ObservedTelemetry
+    except ImportError:  # the live extra is not installed
+        return
+    observed = ObservedTelemetry(5.0, 0.3, None, 900, 600, 1000, 0.7, baseline_step_time_s=0.2, baseline_reports=7)
+    for twin in (copy.copy(observed), pickle.loads(pickle.dumps(observed))):
+        assert type(twin) is ObservedTelemetry and twin == observed
+        assert twin.slowdown == observed.slowdown

@@ -5,7 +5,7 @@ every engine step reads and writes, while the spec, user input checked field by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from corral.core.job import JobClass, JobPhase, JobSpec
 from corral.core.placement import Placement
@@ -103,6 +103,11 @@ class JobStatus:
         self.upgraded = upgraded
         self.telemetry = telemetry
         self.batch_size_set = batch_size_set
+
+    def __reduce__(self) -> tuple[type[JobStatus], tuple[object, ...]]:
+        # Copies and pickles (the live controller's forecasts) go through the constructor: a compiled class with a
+        # written __init__ cannot be made empty and then filled in (setup.py).
+        return type(self), tuple([getattr(self, f.name) for f in fields(self)])
 
     @property
     def job_id(self) -> str:

@@ -20,11 +20,14 @@ Figures are per GPU of the job (a gang's GPUs behave alike):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+from mypy_extensions import mypyc_attr
 
 from corral.core.errors import InvariantViolation
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the live controller's ObservedTelemetry extends it
 @dataclass(frozen=True, slots=True)
 class Telemetry:
     time_s: float
@@ -34,6 +37,32 @@ class Telemetry:
     mem_mean_mib: int
     mem_need_mib: int
     sm_util: float
+
+    # Written out (a test checks it against the fields): compiled (setup.py), a dataclass's generated __init__ would
+    # run as interpreted code, and a replay makes one at every change of a running job's speed (issue 20).
+    def __init__(
+        self,
+        time_s: float,
+        step_time_s: float,
+        solo_step_time_s: float | None,
+        mem_peak_mib: int,
+        mem_mean_mib: int,
+        mem_need_mib: int,
+        sm_util: float,
+    ) -> None:
+        object.__setattr__(self, "time_s", time_s)
+        object.__setattr__(self, "step_time_s", step_time_s)
+        object.__setattr__(self, "solo_step_time_s", solo_step_time_s)
+        object.__setattr__(self, "mem_peak_mib", mem_peak_mib)
+        object.__setattr__(self, "mem_mean_mib", mem_mean_mib)
+        object.__setattr__(self, "mem_need_mib", mem_need_mib)
+        object.__setattr__(self, "sm_util", sm_util)
+        self.__post_init__()
+
+    def __reduce__(self) -> tuple[type[Telemetry], tuple[object, ...]]:
+        # Copies and pickles (the live controller's forecasts) go through the constructor: a compiled class with a
+        # written __init__ cannot be made empty and then filled in (setup.py).
+        return type(self), tuple([getattr(self, f.name) for f in fields(self)])
 
     def __post_init__(self) -> None:
         if not (self.step_time_s > 0 and math.isfinite(self.step_time_s)):

@@ -62,7 +62,9 @@ class Placing:
         )
 
 
-@dataclass(frozen=True, slots=True)
+# No slots of its own: with them, dataclasses would declare its base's fields again (a compiled Telemetry lists no
+# __slots__ to inherit), and the compiled base would never see the values set (setup.py).
+@dataclass(frozen=True)
 class ObservedTelemetry(Telemetry):
     """A job's latest telemetry as the controller's readers see it: the report, with the job's baseline then."""
 
