@@ -73,7 +73,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -414,36 +414,22 @@ class AntManPolicy(BasePolicy):
         view = rnd.view
         coord = self.coordinator
         focus: dict[str, Placement] = {}
-
-        def add(job_id: str) -> None:
-            # A guest always; a holder only if its reservation is to change (most changed GPUs hold no guest and
-            # no reservation to re-size: they cost no snapshot).
-            if job_id in focus:
-                return
-            job = view.job(job_id)
-            p = job.placement
-            assert p is not None  # the view lists running jobs only; due ones are checked below
-            if p.opportunistic or coord.reservation_target(mem_given(job.spec, p), job.telemetry) is not None:
-                focus[job_id] = p
-
+        # No nested functions here: compiled, their shared environment and they refer to each other, and each round
+        # would leave that cycle, with the snapshot it holds, to the garbage collector (issue 20: 9% of a replay).
         for g in self._dirty:
             for job_id in (*view.gpu_jobs(g), *view.gpu_opportunistic_jobs(g)):
-                add(job_id)
+                self._add_focus(view, focus, job_id)
         for job_id in coord.pop_due(rnd.now_s):
             if view.job(job_id).phase is JobPhase.RUNNING:
-                add(job_id)
+                self._add_focus(view, focus, job_id)
         for p in [p for p in focus.values() if p.opportunistic]:
             for g in p.gpus:
                 for h in view.gpu_jobs(g):
-                    add(h)
+                    self._add_focus(view, focus, h)
         if not focus:
             return
         topo = self._topo
         assert topo is not None
-
-        def age(x: str) -> tuple[float, int]:
-            return (view.job(x).last_start_s or 0.0, self._arrival.get(x, 0))
-
         gpus: dict[int, GpuSnapshot] = {}
         holders: dict[str, Holder] = {}
         guest_ids: dict[str, None] = {}
@@ -452,7 +438,7 @@ class AntManPolicy(BasePolicy):
                 if g in gpus:
                     continue
                 on = tuple(view.gpu_jobs(g))
-                visitors = tuple(sorted(view.gpu_opportunistic_jobs(g), key=age))
+                visitors = self._oldest_first(view, view.gpu_opportunistic_jobs(g))
                 gpus[g] = GpuSnapshot(topo.gpu_mem_mib[g], on, visitors)
                 for h in on:
                     if h not in holders:
@@ -462,7 +448,7 @@ class AntManPolicy(BasePolicy):
                         holders[h] = Holder(h, hp.gpus, mem_given(job.spec, hp), job.telemetry)
                 guest_ids.update(dict.fromkeys(visitors))
         guests: dict[str, Guest] = {}
-        for x in sorted(guest_ids, key=age):  # oldest first, as the coordinator expects
+        for x in self._oldest_first(view, guest_ids):  # as the coordinator expects
             job = view.job(x)
             xp = job.placement
             assert xp is not None
@@ -473,6 +459,23 @@ class AntManPolicy(BasePolicy):
         plan = coord.step(rnd.now_s, Snapshot(gpus, holders, guests, focus.keys()))
         if plan:
             self._apply_plan(rnd, plan)
+
+    def _add_focus(self, view: ClusterView, focus: dict[str, Placement], job_id: str) -> None:
+        """Put running ``job_id`` in the coordinator's focus: a guest always; a holder only if its reservation is to
+        change (most changed GPUs hold no guest and no reservation to re-size: they cost no snapshot)."""
+        if job_id in focus:
+            return
+        job = view.job(job_id)
+        p = job.placement
+        assert p is not None  # the view lists running jobs only; due ones are checked by the caller
+        if p.opportunistic or self.coordinator.reservation_target(mem_given(job.spec, p), job.telemetry) is not None:
+            focus[job_id] = p
+
+    def _oldest_first(self, view: ClusterView, job_ids: Iterable[str]) -> tuple[str, ...]:
+        """``job_ids`` by their last start, then arrival (a stable sort: ties keep their order)."""
+        keyed = [(view.job(x).last_start_s or 0.0, self._arrival.get(x, 0), i, x) for i, x in enumerate(job_ids)]
+        keyed.sort()
+        return tuple(k[3] for k in keyed)
 
     def _apply_plan(self, rnd: AntManRound, plan: Plan) -> None:
         for x in plan.evict:
