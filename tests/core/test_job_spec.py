@@ -44,6 +44,19 @@ def spec(**overrides: Any) -> JobSpec:
         ({"submit_s": math.nan}, "submit_s"),
         ({"submit_s": math.inf}, "submit_s"),
         ({"gpu_mem_mib": -1}, "gpu_mem_mib"),
+        # Wrong types, named the same way in the pure and the compiled build (checked before __init__ converts).
+        ({"submit_s": "5"}, "submit_s"),
+        ({"submit_s": None}, "submit_s"),
+        ({"duration_s": "10"}, "duration_s"),
+        ({"duration_s": True}, "duration_s"),
+        ({"tenant": 3}, "tenant"),
+        ({"model": 5}, "model"),
+        ({"job_class": "guaranteed"}, "job_class"),
+        ({"priority": 1.5}, "priority"),
+        ({"gpu_types": ["V100"]}, "gpu_types"),
+        ({"gpu_types": ("V100", 2)}, "gpu_types"),
+        ({"gpu_mem_mib": 1.5}, "gpu_mem_mib"),
+        ({"batch_size": "32"}, "batch_size"),
     ],
 )
 def test_invalid_spec_raises_naming_the_job(overrides: dict[str, Any], mentions: str) -> None:
@@ -60,6 +73,33 @@ def test_invalid_spec_raises_naming_the_job(overrides: dict[str, Any], mentions:
 def test_empty_job_id_is_rejected() -> None:
     with pytest.raises(JobSpecError, match="job_id"):
         spec(job_id="")
+    with pytest.raises(JobSpecError, match="job_id"):
+        spec(job_id=7)
+
+
+def test_arguments_bind_as_python_binds_them() -> None:
+    assert JobSpec("a", 1.0, 2, 5.0, "t") == JobSpec(job_id="a", submit_s=1.0, num_gpus=2, duration_s=5.0, tenant="t")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gpus'"):
+        JobSpec(job_id="a", submit_s=0.0, gpus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="multiple values for argument 'job_id'"):
+        JobSpec("a", 0.0, 1, job_id="b")  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing required argument"):
+        JobSpec(job_id="a", submit_s=0.0)  # type: ignore[call-arg]
+
+
+def test_times_are_stored_as_floats_copies_and_pickles_go_through_the_checks() -> None:
+    import copy
+    import pickle
+
+    s = spec(submit_s=5, duration_s=10)
+    assert (s.submit_s, s.duration_s) == (5.0, 10.0)
+    assert type(s.submit_s) is float and type(s.duration_s) is float  # as the compiled build stores them
+    full = JobSpec("b", 1.5, 1, 2.0, "t", 500, "resnet50", JobClass.OPPORTUNISTIC, 3, ("V100",), 1024, 64)
+    for twin in (copy.copy(full), pickle.loads(pickle.dumps(full)), dataclasses.replace(full)):
+        assert twin == full and type(twin) is JobSpec
+    assert dataclasses.replace(full, tenant="u").tenant == "u"
+    with pytest.raises(JobSpecError, match="num_gpus"):
+        dataclasses.replace(full, num_gpus=0)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from corral.core.errors import JobSpecError
 from corral.core.placement import Placement
@@ -57,7 +57,14 @@ _TERMINAL = frozenset((JobPhase.FINISHED, JobPhase.REJECTED, JobPhase.FAILED, Jo
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """What was submitted. Immutable: a change of mind is a new job."""
+    """What was submitted. Immutable: a change of mind is a new job.
+
+    Checked as it is made, each bad field named with the job (:class:`~corral.core.errors.JobSpecError`): the
+    check runs in ``__new__``, on the arguments as given, before ``__init__`` stores them. In the compiled core
+    (``setup.py``) ``__init__`` is compiled and converts each argument to its field's type itself, with a
+    ``TypeError`` that names no field: the check comes first so that a bad type is reported as the user's error,
+    the same in either build. Times are stored as floats (an integer ``submit_s`` becomes ``5.0``), as compiled.
+    """
 
     job_id: str
     submit_s: float
@@ -72,26 +79,44 @@ class JobSpec:
     gpu_mem_mib: int | None = None  # GPU memory needed on each GPU, when known
     batch_size: int | None = None  # mini-batch size it starts with; None: its model's reference batch size
 
-    def __post_init__(self) -> None:
-        # Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug.
-        if not self.job_id:
-            raise JobSpecError("a job needs a non-empty job_id")
-        if type(self.num_gpus) is not int or self.num_gpus < 1:
-            raise JobSpecError(f"job {self.job_id!r}: num_gpus must be an integer >= 1, got {self.num_gpus!r}")
-        if type(self.gpu_milli) is not int or not 0 < self.gpu_milli <= FULL_GPU_MILLI:
-            raise JobSpecError(f"job {self.job_id!r}: gpu_milli must be an integer in 1..1000, got {self.gpu_milli!r}")
-        if self.num_gpus > 1 and self.gpu_milli != FULL_GPU_MILLI:
-            raise JobSpecError(
-                f"job {self.job_id!r}: a fractional share (gpu_milli={self.gpu_milli}) needs num_gpus == 1"
-            )
-        if self.duration_s is not None and not 0 <= self.duration_s < math.inf:
-            raise JobSpecError(f"job {self.job_id!r}: duration_s must be finite and >= 0, got {self.duration_s!r}")
-        if math.isnan(self.submit_s) or math.isinf(self.submit_s):
-            raise JobSpecError(f"job {self.job_id!r}: submit_s must be finite, got {self.submit_s!r}")
-        if self.gpu_mem_mib is not None and self.gpu_mem_mib < 0:
-            raise JobSpecError(f"job {self.job_id!r}: gpu_mem_mib must be >= 0, got {self.gpu_mem_mib!r}")
-        if self.batch_size is not None and (type(self.batch_size) is not int or self.batch_size < 1):
-            raise JobSpecError(f"job {self.job_id!r}: batch_size must be an integer >= 1, got {self.batch_size!r}")
+    def __new__(cls, *args: Any, **kwargs: Any) -> JobSpec:
+        _check_spec(_bind_spec(args, kwargs))
+        return object.__new__(cls)
+
+    # Written out (a test checks it against the fields): compiled, the one dataclasses generates would run as
+    # interpreted code, and every job of a trace makes one (issue 20).
+    def __init__(
+        self,
+        job_id: str,
+        submit_s: float,
+        num_gpus: int,
+        duration_s: float | None = None,
+        tenant: str = "default",
+        gpu_milli: int = FULL_GPU_MILLI,
+        model: str | None = None,
+        job_class: JobClass = JobClass.GUARANTEED,
+        priority: int = 0,
+        gpu_types: tuple[str, ...] = (),
+        gpu_mem_mib: int | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "submit_s", float(submit_s))
+        object.__setattr__(self, "num_gpus", num_gpus)
+        object.__setattr__(self, "duration_s", None if duration_s is None else float(duration_s))
+        object.__setattr__(self, "tenant", tenant)
+        object.__setattr__(self, "gpu_milli", gpu_milli)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "job_class", job_class)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "gpu_types", gpu_types)
+        object.__setattr__(self, "gpu_mem_mib", gpu_mem_mib)
+        object.__setattr__(self, "batch_size", batch_size)
+
+    def __reduce__(self) -> tuple[type[JobSpec], tuple[object, ...]]:
+        # Copies and pickles go through the constructor (checked again): compiled, a JobSpec cannot be made empty
+        # and filled in.
+        return JobSpec, tuple([getattr(self, name) for name in _SPEC_FIELDS])
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -105,6 +130,90 @@ def mem_given(spec: JobSpec, placement: Placement) -> int:
     if placement.mem_mib is not None:
         return placement.mem_mib
     return spec.gpu_mem_mib or 0
+
+
+_SPEC_FIELDS = (
+    "job_id",
+    "submit_s",
+    "num_gpus",
+    "duration_s",
+    "tenant",
+    "gpu_milli",
+    "model",
+    "job_class",
+    "priority",
+    "gpu_types",
+    "gpu_mem_mib",
+    "batch_size",
+)
+_SPEC_REQUIRED = 3  # the first three fields have no default
+
+
+def _bind_spec(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``JobSpec(...)`` by field name (as Python binds them to ``__init__``'s parameters)."""
+    if len(args) > len(_SPEC_FIELDS):
+        raise TypeError(f"JobSpec() takes at most {len(_SPEC_FIELDS)} arguments ({len(args)} given)")
+    given = dict(zip(_SPEC_FIELDS[: len(args)], args, strict=True))
+    for name, value in kwargs.items():
+        if name not in _SPEC_FIELDS:
+            raise TypeError(f"JobSpec() got an unexpected keyword argument {name!r}")
+        if name in given:
+            raise TypeError(f"JobSpec() got multiple values for argument {name!r}")
+        given[name] = value
+    missing = [name for name in _SPEC_FIELDS[:_SPEC_REQUIRED] if name not in given]
+    if missing:
+        raise TypeError(f"JobSpec() missing required argument(s): {', '.join(missing)}")
+    return given
+
+
+def _is_int(x: object) -> bool:
+    return type(x) is int  # bool is an int subclass, but not a count
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _check_spec(f: dict[str, Any]) -> None:
+    """Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug."""
+    job_id = f["job_id"]
+    if not isinstance(job_id, str) or not job_id:
+        raise JobSpecError(f"a job needs a non-empty string job_id, got {job_id!r}")
+    num_gpus = f["num_gpus"]
+    if not _is_int(num_gpus) or num_gpus < 1:
+        raise JobSpecError(f"job {job_id!r}: num_gpus must be an integer >= 1, got {num_gpus!r}")
+    gpu_milli = f.get("gpu_milli", FULL_GPU_MILLI)
+    if not _is_int(gpu_milli) or not 0 < gpu_milli <= FULL_GPU_MILLI:
+        raise JobSpecError(f"job {job_id!r}: gpu_milli must be an integer in 1..1000, got {gpu_milli!r}")
+    if num_gpus > 1 and gpu_milli != FULL_GPU_MILLI:
+        raise JobSpecError(f"job {job_id!r}: a fractional share (gpu_milli={gpu_milli}) needs num_gpus == 1")
+    duration = f.get("duration_s")
+    if duration is not None and not (_is_real(duration) and 0 <= duration < math.inf):
+        raise JobSpecError(f"job {job_id!r}: duration_s must be finite and >= 0, got {duration!r}")
+    submit = f["submit_s"]
+    if not _is_real(submit) or math.isnan(submit) or math.isinf(submit):
+        raise JobSpecError(f"job {job_id!r}: submit_s must be finite, got {submit!r}")
+    for name in ("tenant", "model"):
+        value = f.get(name, "")
+        if value is None and name == "model":
+            continue
+        if not isinstance(value, str):
+            raise JobSpecError(f"job {job_id!r}: {name} must be a string, got {value!r}")
+    job_class = f.get("job_class", JobClass.GUARANTEED)
+    if not isinstance(job_class, JobClass):
+        raise JobSpecError(f"job {job_id!r}: job_class must be a JobClass, got {job_class!r}")
+    priority = f.get("priority", 0)
+    if not _is_int(priority):
+        raise JobSpecError(f"job {job_id!r}: priority must be an integer, got {priority!r}")
+    types = f.get("gpu_types", ())
+    if not isinstance(types, tuple) or not all(isinstance(t, str) for t in types):
+        raise JobSpecError(f"job {job_id!r}: gpu_types must be a tuple of GPU type names, got {types!r}")
+    mem = f.get("gpu_mem_mib")
+    if mem is not None and (not _is_int(mem) or mem < 0):
+        raise JobSpecError(f"job {job_id!r}: gpu_mem_mib must be an integer >= 0, got {mem!r}")
+    batch = f.get("batch_size")
+    if batch is not None and (not _is_int(batch) or batch < 1):
+        raise JobSpecError(f"job {job_id!r}: batch_size must be an integer >= 1, got {batch!r}")
 
 
 class JobView(Protocol):

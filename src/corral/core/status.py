@@ -1,6 +1,6 @@
 """Where a job stands: :class:`JobStatus`, the engine's mutable record of one job (its spec is
-:class:`corral.core.job.JobSpec`). Its own module so that the compiled core (``setup.py``) can compile it, the record
-every engine step reads and writes, while the spec, user input checked field by field, stays Python.
+:class:`corral.core.job.JobSpec`): the record every engine step reads and writes, compiled in the compiled core
+(``setup.py``).
 """
 
 from __future__ import annotations
