@@ -5,7 +5,8 @@ on the replay's hot path (a job's status, the sharing model's profiles, AntMan's
 theirs out, which mypyc compiles. Written by hand, it could drift from the fields: this test reads every such class
 in ``src/corral`` and checks that its ``__init__`` takes exactly the init fields, in order, with the same types and
 defaults (``None`` for a field with a default factory, replaced by the factory's value), and sets every field from
-its own parameter once, calling ``__post_init__`` when the class has one.
+its own parameter once, calling ``__post_init__`` when the class has one (a float field may store it as a float);
+a ``__new__`` that checks the arguments (JobSpec) takes the same parameters, untyped.
 """
 
 from __future__ import annotations
@@ -119,6 +120,14 @@ def test_written_init_matches_the_fields(where: str, node: ast.ClassDef) -> None
                 allowed.add(f"None if {name} is None else float({name})")
             assert set_from.get(name) in allowed, f"{name} is set from its own parameter"
     assert set(set_from) == {f[0] for f in fields}
+    # A __new__ that checks the arguments as given (JobSpec) takes the same parameters, untyped, with the same
+    # defaults, so that Python binds them the same way for both.
+    new = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__new__"), None)
+    if new is not None:
+        assert not new.args.vararg and not new.args.kwarg and not new.args.kwonlyargs
+        assert [p.arg for p in new.args.args[1:]] == [p.arg for p in params]
+        assert all(p.annotation is not None and ast.unparse(p.annotation) == "object" for p in new.args.args[1:])
+        assert [ast.unparse(d) for d in new.args.defaults] == [ast.unparse(d) for d in args.defaults]
     has_post_init = any(isinstance(b, ast.FunctionDef) and b.name == "__post_init__" for b in node.body)
     calls_post_init = any(
         isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and ast.unparse(s.value.func) == "self.__post_init__"

@@ -79,11 +79,12 @@ def test_empty_job_id_is_rejected() -> None:
 
 def test_arguments_bind_as_python_binds_them() -> None:
     assert JobSpec("a", 1.0, 2, 5.0, "t") == JobSpec(job_id="a", submit_s=1.0, num_gpus=2, duration_s=5.0, tenant="t")
-    with pytest.raises(TypeError, match="unexpected keyword argument 'gpus'"):
-        JobSpec(job_id="a", submit_s=0.0, gpus=1)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="multiple values for argument 'job_id'"):
+    # Python's own binding errors (worded differently by the compiled build), naming the argument.
+    with pytest.raises(TypeError, match="'gpus'"):
+        JobSpec(job_id="a", submit_s=0.0, num_gpus=1, gpus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'job_id'"):
         JobSpec("a", 0.0, 1, job_id="b")  # type: ignore[misc]
-    with pytest.raises(TypeError, match="missing required argument"):
+    with pytest.raises(TypeError, match="'num_gpus'"):
         JobSpec(job_id="a", submit_s=0.0)  # type: ignore[call-arg]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from corral.core.errors import JobSpecError
 from corral.core.placement import Placement
@@ -79,8 +79,37 @@ class JobSpec:
     gpu_mem_mib: int | None = None  # GPU memory needed on each GPU, when known
     batch_size: int | None = None  # mini-batch size it starts with; None: its model's reference batch size
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> JobSpec:
-        _check_spec(_bind_spec(args, kwargs))
+    # The same parameters as __init__, untyped: Python (or the compiled build) binds the arguments, and the checks
+    # see them as given. Type checkers read __init__'s types.
+    def __new__(
+        cls,
+        job_id: object,
+        submit_s: object,
+        num_gpus: object,
+        duration_s: object = None,
+        tenant: object = "default",
+        gpu_milli: object = FULL_GPU_MILLI,
+        model: object = None,
+        job_class: object = JobClass.GUARANTEED,
+        priority: object = 0,
+        gpu_types: object = (),
+        gpu_mem_mib: object = None,
+        batch_size: object = None,
+    ) -> JobSpec:
+        _check_spec(
+            job_id,
+            submit_s,
+            num_gpus,
+            duration_s,
+            tenant,
+            gpu_milli,
+            model,
+            job_class,
+            priority,
+            gpu_types,
+            gpu_mem_mib,
+            batch_size,
+        )
         return object.__new__(cls)
 
     # Written out (a test checks it against the fields): compiled, the one dataclasses generates would run as
@@ -116,7 +145,20 @@ class JobSpec:
     def __reduce__(self) -> tuple[type[JobSpec], tuple[object, ...]]:
         # Copies and pickles go through the constructor (checked again): compiled, a JobSpec cannot be made empty
         # and filled in.
-        return JobSpec, tuple([getattr(self, name) for name in _SPEC_FIELDS])
+        return JobSpec, (
+            self.job_id,
+            self.submit_s,
+            self.num_gpus,
+            self.duration_s,
+            self.tenant,
+            self.gpu_milli,
+            self.model,
+            self.job_class,
+            self.priority,
+            self.gpu_types,
+            self.gpu_mem_mib,
+            self.batch_size,
+        )
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -132,87 +174,52 @@ def mem_given(spec: JobSpec, placement: Placement) -> int:
     return spec.gpu_mem_mib or 0
 
 
-_SPEC_FIELDS = (
-    "job_id",
-    "submit_s",
-    "num_gpus",
-    "duration_s",
-    "tenant",
-    "gpu_milli",
-    "model",
-    "job_class",
-    "priority",
-    "gpu_types",
-    "gpu_mem_mib",
-    "batch_size",
-)
-_SPEC_REQUIRED = 3  # the first three fields have no default
+def _real(x: object) -> bool:
+    """An int or a float, not a bool (a float field takes an int, as a typed call does)."""
+    return isinstance(x, int | float) and type(x) is not bool
 
 
-def _bind_spec(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``JobSpec(...)`` by field name (as Python binds them to ``__init__``'s parameters)."""
-    if len(args) > len(_SPEC_FIELDS):
-        raise TypeError(f"JobSpec() takes at most {len(_SPEC_FIELDS)} arguments ({len(args)} given)")
-    given = dict(zip(_SPEC_FIELDS[: len(args)], args, strict=True))
-    for name, value in kwargs.items():
-        if name not in _SPEC_FIELDS:
-            raise TypeError(f"JobSpec() got an unexpected keyword argument {name!r}")
-        if name in given:
-            raise TypeError(f"JobSpec() got multiple values for argument {name!r}")
-        given[name] = value
-    missing = [name for name in _SPEC_FIELDS[:_SPEC_REQUIRED] if name not in given]
-    if missing:
-        raise TypeError(f"JobSpec() missing required argument(s): {', '.join(missing)}")
-    return given
-
-
-def _is_int(x: object) -> bool:
-    return type(x) is int  # bool is an int subclass, but not a count
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _check_spec(f: dict[str, Any]) -> None:
-    """Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug."""
-    job_id = f["job_id"]
+def _check_spec(
+    job_id: object,
+    submit: object,
+    num_gpus: object,
+    duration: object,
+    tenant: object,
+    gpu_milli: object,
+    model: object,
+    job_class: object,
+    priority: object,
+    types: object,
+    mem: object,
+    batch: object,
+) -> None:
+    """Fail at the edge with the job named: a bad spec deep inside the engine would be a confusing bug. Counts are
+    exact ints (not bools, not floats, even integral ones)."""
     if not isinstance(job_id, str) or not job_id:
         raise JobSpecError(f"a job needs a non-empty string job_id, got {job_id!r}")
-    num_gpus = f["num_gpus"]
-    if not _is_int(num_gpus) or num_gpus < 1:
+    if type(num_gpus) is not int or num_gpus < 1:
         raise JobSpecError(f"job {job_id!r}: num_gpus must be an integer >= 1, got {num_gpus!r}")
-    gpu_milli = f.get("gpu_milli", FULL_GPU_MILLI)
-    if not _is_int(gpu_milli) or not 0 < gpu_milli <= FULL_GPU_MILLI:
+    if type(gpu_milli) is not int or not 0 < gpu_milli <= FULL_GPU_MILLI:
         raise JobSpecError(f"job {job_id!r}: gpu_milli must be an integer in 1..1000, got {gpu_milli!r}")
     if num_gpus > 1 and gpu_milli != FULL_GPU_MILLI:
         raise JobSpecError(f"job {job_id!r}: a fractional share (gpu_milli={gpu_milli}) needs num_gpus == 1")
-    duration = f.get("duration_s")
-    if duration is not None and not (_is_real(duration) and 0 <= duration < math.inf):
+    if duration is not None and not (_real(duration) and 0 <= duration < math.inf):  # type: ignore[operator]
         raise JobSpecError(f"job {job_id!r}: duration_s must be finite and >= 0, got {duration!r}")
-    submit = f["submit_s"]
-    if not _is_real(submit) or math.isnan(submit) or math.isinf(submit):
+    if not _real(submit) or not math.isfinite(submit):  # type: ignore[arg-type]
         raise JobSpecError(f"job {job_id!r}: submit_s must be finite, got {submit!r}")
-    for name in ("tenant", "model"):
-        value = f.get(name, "")
-        if value is None and name == "model":
-            continue
-        if not isinstance(value, str):
-            raise JobSpecError(f"job {job_id!r}: {name} must be a string, got {value!r}")
-    job_class = f.get("job_class", JobClass.GUARANTEED)
+    if not isinstance(tenant, str):
+        raise JobSpecError(f"job {job_id!r}: tenant must be a string, got {tenant!r}")
+    if model is not None and not isinstance(model, str):
+        raise JobSpecError(f"job {job_id!r}: model must be a string or None, got {model!r}")
     if not isinstance(job_class, JobClass):
         raise JobSpecError(f"job {job_id!r}: job_class must be a JobClass, got {job_class!r}")
-    priority = f.get("priority", 0)
-    if not _is_int(priority):
+    if type(priority) is not int:
         raise JobSpecError(f"job {job_id!r}: priority must be an integer, got {priority!r}")
-    types = f.get("gpu_types", ())
     if not isinstance(types, tuple) or not all(isinstance(t, str) for t in types):
         raise JobSpecError(f"job {job_id!r}: gpu_types must be a tuple of GPU type names, got {types!r}")
-    mem = f.get("gpu_mem_mib")
-    if mem is not None and (not _is_int(mem) or mem < 0):
+    if mem is not None and (type(mem) is not int or mem < 0):
         raise JobSpecError(f"job {job_id!r}: gpu_mem_mib must be an integer >= 0, got {mem!r}")
-    batch = f.get("batch_size")
-    if batch is not None and (not _is_int(batch) or batch < 1):
+    if batch is not None and (type(batch) is not int or batch < 1):
         raise JobSpecError(f"job {job_id!r}: batch_size must be an integer >= 1, got {batch!r}")
 
 
