@@ -1,21 +1,22 @@
 """The optional compiled core (see build_backend/corral_build.py): with ``CORRAL_COMPILE=1``, mypyc compiles the
-modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the job spec, the engine's job
-record and jobs' telemetry, the simulated executor with its performance and sharing models, the policy framework
-(contract, planner, round, queues, placement, preemption, reasons), every registered policy (the baselines,
-Tiresias, Themis, AntMan with its coordinator, Gandiva, HiveD with its cells, IADeep with its predictor, tuner and
-Gaussian process), the Philly and synthetic trace readers, and the metrics with their statistics. Everything else
-stays Python in either build; the project's metadata is all in pyproject.toml.
+modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the job spec, placements, the
+engine's job record and jobs' telemetry, the simulated executor with its performance and sharing models, the
+policy framework (contract, planner, round, queues, placement, preemption, reasons), every registered policy (the
+baselines, Tiresias, Themis, AntMan with its coordinator, Gandiva, HiveD with its cells, IADeep with its
+predictor, tuner and Gaussian process), the Philly and synthetic trace readers, and the metrics with their
+statistics. Everything else stays Python in either build; the project's metadata is all in pyproject.toml.
 
 Chosen by profile (issue 20): a replay's time is spread over a few hundred small calls per job in these modules,
 the kind of code mypyc speeds up most. Left out on purpose, each because mypyc would change what it does:
 
-- the other records at the seams (placements, clusters, events, decisions): a compiled class checks its
-  attributes' declared types itself, with a TypeError that names no field, and mypyc supports no class variables
-  on dataclasses (events have a priority, decisions ``Decision.NOTHING``). Three are compiled all the same: the
-  job spec, whose every field the replay reads (12% of a FIFO replay went to reading them from a Python class),
-  checks its arguments in ``__new__``, before the compiled ``__init__`` converts them, so that a bad field is still
-  named (``corral.core.job``); the engine's job record; and telemetry, made by corral's own code (the simulator,
-  the live controller), whose checks guard invariants, not user input. The live controller's
+- the other records at the seams (clusters, events, decisions): a compiled class checks its attributes' declared
+  types itself, with a TypeError that names no field, and mypyc supports no class variables on dataclasses
+  (events have a priority, decisions ``Decision.NOTHING``). Four are compiled all the same: the job spec, whose
+  every field the replay reads (12% of a FIFO replay went to reading them from a Python class), and the placement
+  check their arguments in ``__new__``, before the compiled ``__init__`` converts them, so that a bad field is
+  still named (``corral.core.job``, ``corral.core.placement``); the engine's job record; and telemetry, made by
+  corral's own code (the simulator, the live controller), whose checks guard invariants, not user input. The live
+  controller's
   ``ObservedTelemetry`` extends Telemetry without slots of its own (with them, ``dataclasses`` would declare the
   base's fields again, unseen by the compiled base);
 - the executor protocols (``runtime_checkable``);
@@ -48,6 +49,7 @@ from corral_build import compiling
 
 COMPILED = [
     "core/job.py",
+    "core/placement.py",
     "core/status.py",
     "core/telemetry.py",
     "engine/clock.py",

@@ -172,6 +172,9 @@ def test_status_derived_fields() -> None:
         ((0,), 0, "1..1000"),
         ((0,), -5, "1..1000"),
         ((0,), 1001, "1..1000"),
+        ((0,), 500.0, "1..1000"),
+        ([0, 1], 1000, "tuple of GPU indices"),
+        ((0, 1.0), 1000, "tuple of GPU indices"),
     ],
 )
 def test_invalid_placement(gpus: tuple[int, ...], milli: int, mentions: str) -> None:
@@ -206,3 +209,18 @@ def test_decision_truthiness_and_length() -> None:
     assert len(d) == 3
     assert d.wake_at_s == 5.0
     assert not Decision((), wake_at_s=1.0)  # a wake-up alone is not an action
+
+
+def test_placement_types_are_checked_and_copies_go_through_the_checks() -> None:
+    import copy
+    import pickle
+
+    with pytest.raises(JobSpecError, match="opportunistic"):
+        Placement((0,), 500, None, 1)  # type: ignore[arg-type]
+    with pytest.raises(JobSpecError, match="memory"):
+        Placement((0,), 500, 10.5)  # type: ignore[arg-type]
+    p = Placement((3, 1), 0, 2048, opportunistic=True)
+    for twin in (copy.copy(p), pickle.loads(pickle.dumps(p)), dataclasses.replace(p)):
+        assert twin == p and type(twin) is Placement
+    with pytest.raises(JobSpecError, match=r"0\.\.1000"):
+        dataclasses.replace(p, gpu_milli=-1)

@@ -26,22 +26,52 @@ from corral.core.errors import JobSpecError
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """Checked as it is made (:class:`~corral.core.errors.JobSpecError`), in ``__new__`` on the arguments as given,
+    before ``__init__`` stores them: in the compiled core (``setup.py``) ``__init__`` converts each argument to its
+    field's type itself, with a ``TypeError`` that names no field, as :class:`~corral.core.job.JobSpec` does."""
+
     gpus: tuple[int, ...]
     gpu_milli: int = 1000
     mem_mib: int | None = None
     opportunistic: bool = False
 
-    def __post_init__(self) -> None:
-        if not self.gpus:
-            raise JobSpecError("a placement needs at least one GPU")
-        if len(set(self.gpus)) != len(self.gpus):
-            raise JobSpecError(f"a placement lists a GPU twice: {self.gpus}")
-        low = 0 if self.opportunistic else 1  # an opportunistic job at share 0 is paused, not gone
-        if not low <= self.gpu_milli <= 1000:
-            raise JobSpecError(f"placement share must be in {low}..1000 milli-GPU, got {self.gpu_milli}")
-        if self.mem_mib is not None and self.mem_mib < 0:
-            raise JobSpecError(f"placement memory must be >= 0 MiB, got {self.mem_mib}")
+    # The same parameters as __init__, untyped (type checkers read __init__'s types).
+    def __new__(
+        cls, gpus: object, gpu_milli: object = 1000, mem_mib: object = None, opportunistic: object = False
+    ) -> Placement:
+        _check_placement(gpus, gpu_milli, mem_mib, opportunistic)
+        return object.__new__(cls)
+
+    # Written out (a test checks it against the fields): compiled, the one dataclasses generates would run as
+    # interpreted code, and every launch makes a placement (issue 20).
+    def __init__(
+        self, gpus: tuple[int, ...], gpu_milli: int = 1000, mem_mib: int | None = None, opportunistic: bool = False
+    ) -> None:
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "gpu_milli", gpu_milli)
+        object.__setattr__(self, "mem_mib", mem_mib)
+        object.__setattr__(self, "opportunistic", opportunistic)
+
+    def __reduce__(self) -> tuple[type[Placement], tuple[object, ...]]:
+        # Copies and pickles go through the constructor: compiled, a placement cannot be made empty and filled in.
+        return Placement, (self.gpus, self.gpu_milli, self.mem_mib, self.opportunistic)
 
     @property
     def num_gpus(self) -> int:
         return len(self.gpus)
+
+
+def _check_placement(gpus: object, gpu_milli: object, mem_mib: object, opportunistic: object) -> None:
+    if not isinstance(gpus, tuple) or not all(type(g) is int for g in gpus):
+        raise JobSpecError(f"a placement's gpus must be a tuple of GPU indices, got {gpus!r}")
+    if not gpus:
+        raise JobSpecError("a placement needs at least one GPU")
+    if len(set(gpus)) != len(gpus):
+        raise JobSpecError(f"a placement lists a GPU twice: {gpus}")
+    if type(opportunistic) is not bool:
+        raise JobSpecError(f"a placement's opportunistic must be True or False, got {opportunistic!r}")
+    low = 0 if opportunistic else 1  # an opportunistic job at share 0 is paused, not gone
+    if type(gpu_milli) is not int or not low <= gpu_milli <= 1000:
+        raise JobSpecError(f"placement share must be in {low}..1000 milli-GPU, got {gpu_milli!r}")
+    if mem_mib is not None and (type(mem_mib) is not int or mem_mib < 0):
+        raise JobSpecError(f"placement memory must be >= 0 MiB, got {mem_mib!r}")
