@@ -16,9 +16,8 @@ the kind of code mypyc speeds up most. Left out on purpose, each because mypyc w
   check their arguments in ``__new__``, before the compiled ``__init__`` converts them, so that a bad field is
   still named (``corral.core.job``, ``corral.core.placement``); the engine's job record; and telemetry, made by
   corral's own code (the simulator, the live controller), whose checks guard invariants, not user input. The live
-  controller's
-  ``ObservedTelemetry`` extends Telemetry without slots of its own (with them, ``dataclasses`` would declare the
-  base's fields again, unseen by the compiled base);
+  controller's ``ObservedTelemetry`` extends Telemetry without slots of its own (with them, ``dataclasses`` would
+  declare the base's fields again, unseen by the compiled base);
 - the executor protocols (``runtime_checkable``);
 - ``sim/runner.py``: mypyc's C for its ``_thread`` attribute does not compile.
 
