@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="corral.job's memory tests need torc
 
 from corral.job.device import SimulatedDevice  # noqa: E402
 from corral.job.memory import Residency  # noqa: E402
-from corral.job.pipeline import first_group_bytes, leaf_modules, plan_groups  # noqa: E402
+from corral.job.pipeline import Destinations, first_group_bytes, leaf_modules, plan_groups  # noqa: E402
 
 
 # -- the groups ------------------------------------------------------------------------------------------------
@@ -151,3 +151,34 @@ def test_without_pipelining_nothing_is_pending() -> None:
     _model, _opt, device, residency = evicted_job(gbps=2e-5)
     residency.restore()
     assert not residency.pending and device.pipeline_log == []
+
+
+def test_every_copy_lands_in_the_destination_prepared_for_it() -> None:
+    # The destinations are allocated before any copy (CopyPipeline.prepare) and found again by their source.
+    # A parameter's host tensor is reached through `param.data`, a new Python object at each access: keyed by
+    # object identity, a copy found another tensor's destination (a size mismatch on an H100, 2026-11-28).
+    _model, _opt, device, residency = evicted_job(gbps=2e-5)
+    pipes = []
+    make = device.pipeline
+
+    def spy() -> object:
+        pipes.append(make())
+        return pipes[-1]
+
+    device.pipeline = spy  # type: ignore[method-assign]
+    residency.restore(pipelined=True)
+    residency.settle()
+    prepared = [n for kind, n in device.pipeline_log if kind == "prepare"]
+    copies = [t for kind, t in device.pipeline_log if kind == "copy"]
+    assert prepared == [len(copies)] and len(copies) > 10
+    assert len(pipes) == 1 and len(pipes[0].ready) == 0  # each destination taken by its own copy
+
+
+def test_destinations_are_found_by_the_source_memory_not_the_python_object() -> None:
+    weights = [torch.nn.Parameter(torch.randn(n, 3)) for n in (2, 5, 7)]
+    ready = Destinations()
+    ready.fill([(w.data, torch.device("cpu")) for w in weights])
+    for w in reversed(weights):  # other `.data` objects than those prepared, in another order
+        dest = ready.take(w.data)
+        assert dest is not None and dest.shape == w.shape and dest.data_ptr() != w.data_ptr()
+    assert ready.take(weights[0].data) is None and len(ready) == 0

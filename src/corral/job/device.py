@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from corral.job.pipeline import Destinations
+
 if TYPE_CHECKING:
     import torch
 
@@ -351,21 +353,20 @@ class _CudaPipeline:
         self._torch = torch
         self._side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         self._compute = torch.cuda.current_stream()
-        self._ready: dict[int, torch.Tensor] = {}  # id of a host tensor -> its destination (prepare)
+        self._ready = Destinations()
 
     def prepare(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
         # Every destination allocated before the first copy is queued: an allocation the caching allocator must
         # ask the driver for (cudaMalloc, after an eviction emptied the cache) may wait for the copies queued
         # before it, which would make the pipelined copies synchronous for the CPU.
-        torch = self._torch
-        with torch.cuda.stream(self._side):
-            self._ready = {id(t): torch.empty_like(t, device=like) for t, like in sources}
+        with self._torch.cuda.stream(self._side):
+            self._ready.fill(sources)
 
     def copying(self) -> AbstractContextManager[object]:
         return self._torch.cuda.stream(self._side)
 
     def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
-        ready = self._ready.pop(id(t), None)
+        ready = self._ready.take(t)
         out = t.to(like, non_blocking=True) if ready is None else ready.copy_(t, non_blocking=True)
         # Made on the side stream, used on the compute stream: the allocator must not reuse its memory before
         # the compute stream is done with it, should it ever be freed.
@@ -590,15 +591,18 @@ class _LoggedPipeline:
     def __init__(self, device: SimulatedDevice) -> None:
         self._device = device
         self._marks = 0
+        self.ready = Destinations()  # as the CUDA pipeline's: a copy lands in the destination prepared for it
 
     def prepare(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
+        self.ready.fill(sources)
         self._device.pipeline_log.append(("prepare", len(sources)))
 
     def copying(self) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
     def copy(self, t: torch.Tensor, like: torch.device) -> torch.Tensor:
-        out = self._device.to_device(t, like)
+        ready = self.ready.take(t)
+        out = self._device.to_device(t, like) if ready is None else ready.copy_(t)
         self._device.pipeline_log.append(("copy", out))
         return out
 

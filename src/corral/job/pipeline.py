@@ -50,6 +50,39 @@ DEFAULT_GBPS = 20.0
 """Host-to-GPU bandwidth from pinned memory assumed before the job's first eviction has measured one (GB/s)."""
 
 
+class Destinations:
+    """The destinations :meth:`CopyPipeline.prepare` allocated, each found again by the host tensor it is for.
+
+    Keyed by the source's memory (address, dtype, shape), never by its Python object: ``param.data`` makes a new
+    tensor object at every access, so the ``id`` of the one seen at ``prepare`` may be reused by another by the
+    time of the copy (on an H100, 2026-11-28, that put a gradient into a convolution's weight: a size mismatch).
+    Evicted tensors are separate host allocations, so their addresses differ while they live; tensors of no
+    elements may share one, and any destination of their shape serves each."""
+
+    __slots__ = ("_by_source",)
+
+    def __init__(self) -> None:
+        self._by_source: dict[tuple[int, object, tuple[int, ...]], torch.Tensor] = {}
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple[int, object, tuple[int, ...]]:
+        return (t.data_ptr(), t.dtype, tuple(t.shape))
+
+    def fill(self, sources: list[tuple[torch.Tensor, torch.device]]) -> None:
+        """Allocate a destination like each source on its device (replacing any left from before)."""
+        import torch
+
+        self._by_source = {self._key(t): torch.empty_like(t, device=like) for t, like in sources}
+
+    def take(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The destination allocated for ``t`` (once), or None when there is none."""
+        return self._by_source.pop(self._key(t), None)
+
+    def __len__(self) -> int:
+        """Destinations allocated and not taken yet."""
+        return len(self._by_source)
+
+
 class CopyPipeline(Protocol):
     """A side stream for copies, with events the compute stream can wait for (a device's half of the work)."""
 
