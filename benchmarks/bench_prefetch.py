@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_switch import Exits
+from bench_switch import Exits, job_env, log_line
 
 from corral.core.errors import ConfigError
 from corral.job.checkpoint import STATE_NAME, CheckpointStore
@@ -93,21 +93,17 @@ with corral.job.Job(model=model, optimizer=opt, verbose=False) as job:
 MODES = ("cold, prefetch off", "cold, prefetch on", "warm, prefetch off", "warm, prefetch on")
 
 
-def resumed(agent: Agent, job_id: str, run: int, timeout_s: float = 300.0) -> dict[str, Any]:
+def resumed(agent: Agent, exits: Exits, job_id: str, run: int, timeout_s: float = 300.0) -> dict[str, Any]:
     """Run ``run``'s RESUMED line, from the job's log."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        path = agent.log_path(job_id)
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.startswith("RESUMED "):
-                    found: dict[str, Any] = json.loads(line[8:])
-                    if found["run"] == run:
-                        return found
-        time.sleep(0.005)
-    raise SystemExit(
-        f"run {run} of {job_id} did not resume within {timeout_s:g} s:\n{agent.log_path(job_id).read_text()}"
-    )
+
+    def find(line: str) -> dict[str, Any] | None:
+        if line.startswith("RESUMED "):
+            found: dict[str, Any] = json.loads(line[8:])
+            if found["run"] == run:
+                return found
+        return None
+
+    return log_line(agent, exits, job_id, run, find, timeout_s)
 
 
 def evict_from_page_cache(directory: Path) -> None:
@@ -172,6 +168,7 @@ def main() -> None:
 
             def launch(run: int, mode: str, *, warm: bool, prefetch: bool) -> LaunchRequest:
                 env = {
+                    **job_env(),
                     ENV_CHECKPOINT_PREFETCH: args.on if prefetch and not args.unpinned else "0",
                     ENV_CHECKPOINT_PREFETCH_MIN_MIB: str(args.min_mib),
                 }
@@ -197,7 +194,7 @@ def main() -> None:
                         evict_from_page_cache(latest)
                     began = time.time()
                     agent.launch(launch(run, "resume", warm=mode.startswith("warm"), prefetch=mode.endswith("on")))
-                    found = resumed(agent, job_id, run)
+                    found = resumed(agent, exits, job_id, run)
                     exits.wait(job_id, run, timeout_s=120)
                     # auto decides by what the page cache holds at the run's start: whatever it did is measured
                     expected = found["prefetched"] if args.on == "auto" else prefetched and mode.endswith("on")

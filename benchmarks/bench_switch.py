@@ -18,16 +18,21 @@ a fresh interpreter; ``warm``: it is forked from the agent's zygote, with torch 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).parent))
 from corral.live.agent import Agent, AgentReport, LaunchRequest, ProcessExited
 from corral.live.agent.gpus import discover_gpus
+
+T = TypeVar("T")
 
 # Steps until preempted; prints the time of each run's first step (after the checkpoint, when resumed).
 SCRIPT = """import time, sys
@@ -62,6 +67,10 @@ class Exits:
                 self._exits[(report.job_id, report.run)] = (time.time(), report)
                 self._cond.notify_all()
 
+    def exited(self, job_id: str, run: int) -> bool:
+        with self._cond:
+            return (job_id, run) in self._exits
+
     def wait(self, job_id: str, run: int, timeout_s: float = 60.0) -> tuple[float, ProcessExited]:
         with self._cond:
             if not self._cond.wait_for(lambda: (job_id, run) in self._exits, timeout_s):
@@ -69,30 +78,55 @@ class Exits:
             return self._exits[(job_id, run)]
 
 
-def first_step(agent: Agent, job_id: str, run: int, timeout_s: float = 60.0) -> tuple[float, int]:
-    """When run ``run`` of the job took its first step (from its log), and the step it resumed at."""
+def job_env() -> dict[str, str]:
+    """What a benchmark's jobs need of its environment. A job gets only the harmless part of the agent's
+    (:mod:`corral.core.contract`, "Environment"): corral found on ``PYTHONPATH`` (a machine without network
+    access, docs/measurements.md) must be passed on explicitly, or a cold run cannot import ``corral.job``."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
+def log_line(
+    agent: Agent, exits: Exits, job_id: str, run: int, find: Callable[[str], T | None], timeout_s: float = 60.0
+) -> T:
+    """The first line of the job's log that ``find`` makes something of, polled for; the run's exit before it, or
+    the timeout, ends the benchmark with the log."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        gone = exits.exited(job_id, run)  # before reading: a line written just before the exit is still seen
         path = agent.log_path(job_id)
         if path.exists():
             for line in path.read_text().splitlines():
-                parts = line.split()
-                if len(parts) == 4 and parts[0] == "FIRST" and int(parts[1]) == run:
-                    return float(parts[3]), int(parts[2])
+                found = find(line)
+                if found is not None:
+                    return found
+        if gone:
+            raise SystemExit(f"run {run} of {job_id} exited first; its log:\n{path.read_text()}")
         time.sleep(0.005)
     raise SystemExit(
-        f"run {run} of {job_id} took no step within {timeout_s:g} s:\n{agent.log_path(job_id).read_text()}"
+        f"run {run} of {job_id}: nothing within {timeout_s:g} s; its log:\n{agent.log_path(job_id).read_text()}"
     )
+
+
+def first_step(agent: Agent, exits: Exits, job_id: str, run: int) -> tuple[float, int]:
+    """When run ``run`` of the job took its first step (from its log), and the step it resumed at."""
+
+    def find(line: str) -> tuple[float, int] | None:
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "FIRST" and int(parts[1]) == run:
+            return float(parts[3]), int(parts[2])
+        return None
+
+    return log_line(agent, exits, job_id, run, find)
 
 
 def cycle(agent: Agent, exits: Exits, script: Path, work: Path, job_id: str, warm: bool) -> tuple[float, float]:
     def launch(run: int) -> None:
         agent.launch(
-            LaunchRequest(job_id, run, (sys.executable, str(script)), str(work), {}, (0,), tenant="t", warm=warm)
+            LaunchRequest(job_id, run, (sys.executable, str(script)), str(work), job_env(), (0,), tenant="t", warm=warm)
         )
 
     launch(1)
-    first_step(agent, job_id, 1)
+    first_step(agent, exits, job_id, 1)
     time.sleep(0.3)  # a few steps: a checkpoint with something in it
     began = time.time()
     agent.preempt(job_id, 1)
@@ -100,7 +134,7 @@ def cycle(agent: Agent, exits: Exits, script: Path, work: Path, job_id: str, war
     if exited.exit_code != 75:
         raise SystemExit(f"run 1 of {job_id} exited with {exited.exit_code}, not 75 (checkpointed)")
     launch(2)
-    resumed, step = first_step(agent, job_id, 2)
+    resumed, step = first_step(agent, exits, job_id, 2)
     if step == 0:
         raise SystemExit(f"run 2 of {job_id} did not resume from its checkpoint")
     agent.cancel(job_id, 2)
