@@ -26,6 +26,8 @@ def test_a_preset_sets_both_figures_and_refuses_either_beside_it() -> None:
         assert (p.restore_s, p.suspend_resume_s) == (restore, resume)
         assert dataclasses.replace(p, seed=2).restore_s == restore  # a copy keeps it
     assert SWITCHING["warm"][0] < SWITCHING["cold"][0] < PerfModel().restore_s
+    # on the GPU a new run also makes its CUDA context: each costs more than on the CPU, warm still far less
+    assert SWITCHING["warm"][0] < SWITCHING["warm-h100"][0] < SWITCHING["cold"][0] < SWITCHING["cold-h100"][0]
     with pytest.raises(ConfigError, match="not both"):
         PerfModel(switching="warm", restore_s=5.0)
     with pytest.raises(ConfigError, match="assumed, cold or warm"):
@@ -35,11 +37,11 @@ def test_a_preset_sets_both_figures_and_refuses_either_beside_it() -> None:
 def test_a_replay_with_preemptions_finishes_sooner_with_warm_switching() -> None:
     trace = read_tiresias(data_file("tiresias", "60_job.csv"))
     avg = {}
-    for switching in ("assumed", "cold", "warm"):
+    for switching in ("assumed", "cold-h100", "cold", "warm-h100", "warm"):
         result = simulate(trace, load_cluster("2x4"), make_policy("srtf"), perf=PerfModel(switching=switching))
         assert result.summary["preemptions"] > 0
         avg[switching] = result.summary["avg_jct_s"]
-    assert avg["warm"] < avg["cold"] < avg["assumed"]
+    assert avg["warm"] < avg["warm-h100"] < avg["cold"] < avg["cold-h100"] < avg["assumed"]
 
 
 def test_the_cli_takes_the_preset() -> None:

@@ -34,8 +34,9 @@ Assumptions (each configurable in :class:`PerfModel`):
 - Switching presets (``switching``, issue 19): ``assumed`` keeps ``restore_s`` and ``suspend_resume_s`` as given
   (30 s and 1 s by default: the literature's orders of magnitude); ``cold`` and ``warm`` set both to what corral's
   own live switching measured (:data:`SWITCHING`): a restart from a checkpoint into a fresh interpreter, or into a
-  process forked from the node's warm workers, and a resume from host memory. Giving a preset and either figure is
-  an error.
+  process forked from the node's warm workers, and a resume from host memory; ``cold-h100`` and ``warm-h100`` the
+  same with the new run's start measured on an H100 (CUDA's context included). Giving a preset and either figure
+  is an error.
 - Packing: a whole-GPU job launched at a share below 1000 (see :mod:`corral.engine.state`) shares its GPUs with
   the other packed jobs on them. Two packed jobs run at the normalised rates Gavel measured for their models'
   job types on the GPU's type (:func:`corral.workloads.colocation.pair_rates`, with its fallback of 0.5 each for
@@ -77,10 +78,18 @@ from corral.workloads.models import UNKNOWN, traits
 
 # Measured switching costs, seconds: (restore_s, suspend_resume_s). restore_s: a preempted job's checkpoint, exit,
 # new run and first step resumed, on the 2-core CPU machine, a 512-wide MLP with Adam (benchmarks/bench_switch.py,
-# median of 10: cold 2.26 s, warm 0.099 s; CUDA's own start and the copy to a GPU are not in them). suspend_resume_s:
-# a resume from pinned host memory plus its first step, less a normal step, on an H100 (docs/measurements.md,
-# section 4: 25-34 ms for ResNet-50, 44-52 ms for a BERT-base-sized encoder): 0.05 s.
-SWITCHING: dict[str, tuple[float, float]] = {"cold": (2.26, 0.05), "warm": (0.099, 0.05)}
+# median of 10: cold 2.26 s, warm 0.099 s; CUDA's own start and the copy to a GPU are not in them). The -h100
+# presets put the GPU in: the new run's launch to its first step on an H100 (docs/measurements.md, section 6: a small
+# model resumed, cold 3.41 s, warm 0.331 s, CUDA's context made in both) plus the checkpoint and exit as measured on
+# the CPU (0.661 s cold, 0.062 s warm; not measured on the GPU). suspend_resume_s: a resume from pinned host memory
+# plus its first step, less a normal step, on an H100 (docs/measurements.md, section 4: 25-34 ms for ResNet-50,
+# 44-52 ms for a BERT-base-sized encoder): 0.05 s.
+SWITCHING: dict[str, tuple[float, float]] = {
+    "cold": (2.26, 0.05),
+    "warm": (0.099, 0.05),
+    "cold-h100": (0.661 + 3.41, 0.05),
+    "warm-h100": (0.062 + 0.331, 0.05),
+}
 _RESTORE_S, _SUSPEND_RESUME_S = 30.0, 1.0  # the assumed defaults
 
 
@@ -101,7 +110,8 @@ class PerfModel:
         default="assumed",
         metadata={
             "help": "restore_s and suspend_resume_s: assumed (as given), or measured on corral's live switching: "
-            "cold (a fresh interpreter) or warm (forked from the warm workers)"
+            "cold (a fresh interpreter) or warm (forked from the warm workers), on the CPU; cold-h100 or warm-h100, "
+            "the new run's start measured on an H100"
         },
     )
     interference_noise: float = field(
