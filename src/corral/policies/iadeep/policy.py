@@ -77,7 +77,7 @@ from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
 from corral.policies.framework.contract import BasePolicy, PolicyConfig
-from corral.policies.framework.placement import PlacementStrategy
+from corral.policies.framework.placement import PlacementStrategy, find_whole
 from corral.policies.framework.planner import Planner
 from corral.policies.framework.queues import KeyedQueue
 from corral.policies.framework.reasons import fit_reason, quota_reason
@@ -820,13 +820,13 @@ class IADeepPolicy(BasePolicy):
         """``job`` alone on an idle GPU of ``types``, consolidated, if one is free (within its tenant's quota)."""
         planner = rnd.shares
         spec = job.spec
-        if not planner.quota_allows(spec) or not any(planner.type_free(t) >= 1 for t in types):
+        if not planner.quota_allows(spec):
             return False
-        placement = rnd.place(spec, PlacementStrategy.CONSOLIDATED, types)
-        if placement is None:
+        # the GPU rnd.place would take, taken below with the memory reservation the job needs
+        gpus = find_whole(planner, 1, PlacementStrategy.CONSOLIDATED, types)
+        if gpus is None:
             return False
-        g = placement.gpus[0]
-        planner.untake(spec, placement)  # taken again below, with the reservation it needs
+        g = gpus[0]
         need = self._need(rnd, spec.job_id, self._batch_of(rnd, job))
         mem = min(need, planner.gpu_free_mem_mib(g))
         rnd.launch(spec.job_id, planner.take_as(spec, g, FULL_GPU_MILLI, mem))

@@ -50,7 +50,7 @@ Config = tuple[int, ...]
 class MemoryCurve:
     """One job's GPU memory need (MiB) against its batch size (see the module docstring)."""
 
-    __slots__ = ("_fit", "_points", "model", "ref_mib", "tolerance")
+    __slots__ = ("_fit", "_points", "_predicted", "model", "ref_mib", "tolerance")
 
     def __init__(self, ref_mib: float, model: ModelTraits, tolerance: float = 0.1) -> None:
         self.ref_mib = ref_mib  # the need at the reference batch size, before any report (the prior)
@@ -58,6 +58,8 @@ class MemoryCurve:
         self.tolerance = tolerance
         self._points: dict[int, float] = {}
         self._fit: list[float] | None = None  # polynomial coefficients in x = batch / scale, lowest first
+        # predict()'s answers by batch size until the curve changes: a round asks for the same few many times
+        self._predicted: dict[int, float] = {}
 
     @property
     def points(self) -> dict[int, float]:
@@ -79,11 +81,16 @@ class MemoryCurve:
                 self._points.clear()  # the footprint changed: a new phase of training
         self._points[key] = float(need_mib)
         self._fit = None
+        self._predicted.clear()
         return True
 
     def predict(self, batch: int | None) -> float:
         """Predicted need at ``batch``, MiB."""
-        return self._predict_from(self._points, _key(batch, self.model))
+        key = _key(batch, self.model)
+        got = self._predicted.get(key)
+        if got is None:
+            got = self._predicted[key] = self._predict_from(self._points, key)
+        return got
 
     def _predict_from(self, points: dict[int, float], b: int) -> float:
         if not points:

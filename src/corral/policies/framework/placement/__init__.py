@@ -76,15 +76,19 @@ def place(
     ``preemption.place_by_preempting``) rely on that rather than on an error."""
     if strategy is PlacementStrategy.FRAGMENTATION and spec.num_gpus == 1:
         return place_fgd(planner, spec, types, scorer if scorer is not None else FragmentationScorer())
-    whole, share = STRATEGIES[strategy]
     if spec.gpu_milli < FULL_GPU_MILLI:
-        return share(planner, spec, types)
-    n = spec.num_gpus
-    fits = [t for t in types if planner.type_free(t) >= n]
-    if not fits:
-        return None
-    gpus = whole(planner, n, fits)
+        return STRATEGIES[strategy][1](planner, spec, types)
+    gpus = find_whole(planner, spec.num_gpus, strategy, types)
     return None if gpus is None else planner.take(spec, gpus)
 
 
-__all__ = ["STRATEGIES", "PlacementStrategy", "ShareOfOne", "WholeGpus", "place"]
+def find_whole(planner: Planner, n: int, strategy: PlacementStrategy, types: tuple[int, ...]) -> list[int] | None:
+    """The ``n`` whole GPUs :func:`place` would take for a whole-GPU request with ``strategy`` (not fragmentation)
+    among ``types``, without taking them; ``None`` if none fit. For a policy that takes them its own way."""
+    fits = [t for t in types if planner.type_free(t) >= n]
+    if not fits:
+        return None
+    return STRATEGIES[strategy][0](planner, n, fits)
+
+
+__all__ = ["STRATEGIES", "PlacementStrategy", "ShareOfOne", "WholeGpus", "find_whole", "place"]
