@@ -42,7 +42,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ import numpy as np
 
 from corral.core.errors import ConfigError, InputError
 from corral.sim.metrics import SUMMARY_KEYS
+from corral.sim.plot_labels import short_labels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -482,8 +483,10 @@ def _matplotlib_missing() -> str | None:
 
 
 def plot_runs(runs: Sequence[RunData]) -> list[tuple[Plot, bytes]]:
-    """Each plot that applies to ``runs``, as PNG bytes (needs matplotlib)."""
-    return [(spec.plot, _draw(spec, runs)) for spec in _PLOTS if spec.wanted(runs)]
+    """Each plot that applies to ``runs``, as PNG bytes (needs matplotlib). The runs are named on them by
+    :func:`~corral.sim.plot_labels.short_labels`: a policy's options only where they tell runs apart."""
+    named = [replace(r, label=short) for r, short in zip(runs, short_labels([r.label for r in runs]), strict=True)]
+    return [(spec.plot, _draw(spec, named)) for spec in _PLOTS if spec.wanted(named)]
 
 
 # -- HTML ---------------------------------------------------------------------------------------------------------
