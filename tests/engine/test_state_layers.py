@@ -715,3 +715,22 @@ TestLayersMachine = LayersMachine.TestCase
 TestLayersMachine.settings = settings(
     max_examples=120, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_a_running_job_restored_with_telemetry_counts_in_its_gpus_measured_use() -> None:
+    # Live recovery and forecasts restore running jobs with their last telemetry: it counts as it did before, and
+    # its next report, or its end, takes it out again (it was taken out without having been put in: the GPU's
+    # measured use went negative, found by AntMan's index of open GPUs in a forecast).
+    before = state(cluster(gpus=[2]))
+    before.add(job("a"), 0.0)
+    before.launch("a", P((1,)), 0.0)
+    before.report("a", tel(0.5, 3000))
+    s = state(cluster(gpus=[2]))
+    s.restore(before.job("a"), 5.0)
+    assert (s.gpu_sm_used(1), s.gpu_mem_used_mib(1)) == (500, 3000)
+    s.check_invariants()
+    s.report("a", tel(0.25, 1000))
+    assert (s.gpu_sm_used(1), s.gpu_mem_used_mib(1)) == (250, 1000)
+    s.finish("a", 6.0)
+    assert (s.gpu_sm_used(1), s.gpu_mem_used_mib(1)) == (0, 0)
+    s.check_invariants()

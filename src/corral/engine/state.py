@@ -624,6 +624,9 @@ class ClusterState:
             record.placement = placement
         self._tenant_tick(spec.tenant, now_s)
         held = self._take(record, placement)
+        # Its last telemetry counts in its GPUs' measured use, as it did before the restart: its next report, its
+        # end or a move takes it out again (without this, that left the GPUs' measured use negative).
+        self._measure(placement, record.telemetry, +1)
         self._jobs[spec.job_id] = record
         self._running[spec.job_id] = record
         if held:
