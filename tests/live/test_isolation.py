@@ -478,9 +478,12 @@ def test_run_as_is_checked_where_it_is_configured(unix_users: Users, tmp_path: P
 
 def test_run_as_needs_a_root_server(unix_users: Users) -> None:
     """The same check from a server that is not root (run as one of the users, with corral's own sources)."""
+    import mypy_extensions
+
     import corral
 
-    src = str(Path(corral.__file__).resolve().parents[1])
+    # corral's sources, and the one dependency that importing its configuration needs (mypyc_attr, in the records)
+    src = os.pathsep.join(str(Path(m.__file__).resolve().parents[i]) for m, i in ((corral, 1), (mypy_extensions, 0)))
     python = python_for(unix_users.a, Path("/"))
     check = (
         "from pathlib import Path\n"
