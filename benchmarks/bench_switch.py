@@ -9,10 +9,13 @@ of the new run, in two parts: ``stop`` (the checkpoint written and the run gone)
 started, torch imported, the model built, the checkpoint loaded, the first step begun). ``cold``: the new run is
 a fresh interpreter; ``warm``: it is forked from the agent's zygote, with torch already imported
 (``corral.live.agent.zygote``). The scheduler's own part (a round, a store commit: milliseconds, see
-``bench_submit.py``) is not in it. CPU only: a GPU adds CUDA's start and the copy of the state to the GPU.
+``bench_submit.py``) is not in it. By default on the CPU with a stand-in GPU; ``--gpu`` runs the agent on the
+machine's real GPUs (NVML) and the model on the job's GPU, which adds CUDA's start (the context is made in every
+run, warm or cold: it does not survive a fork) and the copy of the state to the GPU.
 
     python benchmarks/bench_switch.py              # 10 cycles each way
     python benchmarks/bench_switch.py --cycles 20
+    python benchmarks/bench_switch.py --gpu --cycles 5
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).parent))
+from corral.core.errors import ConfigError
 from corral.live.agent import Agent, AgentReport, LaunchRequest, ProcessExited
 from corral.live.agent.gpus import discover_gpus
 
@@ -38,9 +42,10 @@ T = TypeVar("T")
 SCRIPT = """import time, sys
 import torch
 from corral.job import Job
-model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-x, y = torch.randn(64, 512), torch.randint(0, 10, (64,))
+x, y = torch.randn(64, 512, device=device), torch.randint(0, 10, (64,), device=device)
 with Job(model=model, optimizer=opt, verbose=False) as job:
     first = True
     for _ in job.loop(range(10**9)):
@@ -145,14 +150,19 @@ def cycle(agent: Agent, exits: Exits, script: Path, work: Path, job_id: str, war
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=10, help="cycles each way (default 10)")
+    parser.add_argument("--gpu", action="store_true", help="on the machine's GPU (NVML), not a stand-in")
     args = parser.parse_args()
+    try:
+        gpus = discover_gpus() if args.gpu else discover_gpus(stand_in=1)
+    except ConfigError as e:
+        raise SystemExit(f"--gpu: {e}") from None
     with tempfile.TemporaryDirectory(prefix="corral-switch-") as tmp:
         base = Path(tmp)
         script, work = base / "train.py", base / "work"
         script.write_text(SCRIPT)
         work.mkdir()
         exits = Exits()
-        agent = Agent(base / "state", discover_gpus(stand_in=1), exits, warm=True)
+        agent = Agent(base / "state", gpus[:1], exits, warm=True)
         agent.start()
         try:
             zygote = agent._zygote
@@ -164,7 +174,8 @@ def main() -> None:
                     results[mode].append(cycle(agent, exits, script, work, f"{mode}{i}", mode == "warm"))
         finally:
             agent.close()
-    print(f"checkpoint-and-resume cycle, {args.cycles} each way (CPU, a 512-wide MLP with Adam, torch imported):")
+    where = "GPU " + gpus[0].name if args.gpu else "CPU, stand-in GPU"
+    print(f"checkpoint-and-resume cycle, {args.cycles} each way ({where}; a 512-wide MLP with Adam, torch imported):")
     medians = {}
     for mode, rows in results.items():
         stop = statistics.median(r[0] for r in rows)

@@ -5,9 +5,10 @@
 #   bash benchmarks/gpu_measure.sh OUTDIR             # "framework" (sections 1-3): the co-location phases
 #                                                     # (shortened windows), memory caps / eviction / duty cycle,
 #                                                     # corral.job's overhead per step
-#   bash benchmarks/gpu_measure.sh OUTDIR switching   # sections 4-5 (issue 19): pipelined restore (cache emptied
+#   bash benchmarks/gpu_measure.sh OUTDIR switching   # sections 4-6 (issue 19): pipelined restore (cache emptied
 #                                                     # and kept), checkpoint prefetch (600 MB, in and out of the
-#                                                     # page cache), warm against cold start of a small job
+#                                                     # page cache), warm against cold start of a small job,
+#                                                     # the checkpoint-and-resume cycle
 #
 # Runs from the repository root with the machine's own python3 (a CUDA build of PyTorch and torchvision) and
 # corral from ./src (PYTHONPATH), as docs/measurements.md describes for a machine without network access.
@@ -43,18 +44,20 @@ if [ "$set_name" = framework ]; then
     # 3. corral.job's cost per step with CUDA events.
     step overhead 110 "$py" benchmarks/bench_job_overhead.py --device cuda --json "$out/overhead.json"
 else
-    names="restore restore-keep prefetch prefetch-uncached start-small"
+    names="restore restore-keep prefetch prefetch-uncached start-small switch"
     # 4. Pipelined restore, the allocator's cache emptied at eviction (the default) and kept.
-    step restore 100 "$py" benchmarks/gpu_restore.py --repeats 5 --json "$out/restore.json"
-    step restore-keep 100 "$py" benchmarks/gpu_restore.py --repeats 5 --keep-cache --json "$out/restore-keep.json"
+    step restore 90 "$py" benchmarks/gpu_restore.py --repeats 5 --json "$out/restore.json"
+    step restore-keep 90 "$py" benchmarks/gpu_restore.py --repeats 5 --keep-cache --json "$out/restore-keep.json"
     # 5. Checkpoint prefetch of a 600 MB checkpoint, cold and warm starts: in the page cache, then evicted from it
     #    before each run (the migration case; --on auto, the library's default).
-    step prefetch 130 "$py" benchmarks/bench_prefetch.py --gpu --runs 4 --json "$out/prefetch.json"
-    step prefetch-uncached 110 "$py" benchmarks/bench_prefetch.py --gpu --uncached --on auto --runs 3 \
+    step prefetch 120 "$py" benchmarks/bench_prefetch.py --gpu --runs 4 --json "$out/prefetch.json"
+    step prefetch-uncached 100 "$py" benchmarks/bench_prefetch.py --gpu --uncached --on auto --runs 3 \
         --json "$out/prefetch-uncached.json"
     # Warm against cold start of a small job (a 2 MB checkpoint): start to first step on the GPU.
-    step start-small 80 "$py" benchmarks/bench_prefetch.py --gpu --runs 4 --layers 2 --width 512 --min-mib 0 \
+    step start-small 70 "$py" benchmarks/bench_prefetch.py --gpu --runs 4 --layers 2 --width 512 --min-mib 0 \
         --json "$out/start-small.json"
+    # A preempted job's checkpoint-and-resume cycle, cold against warm (bench_switch.py; it prints, no JSON).
+    step switch 60 "$py" benchmarks/bench_switch.py --gpu --cycles 4
 fi
 
 for name in $names; do
