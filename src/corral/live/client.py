@@ -7,6 +7,14 @@ below are the API's response models, field for field; a test keeps the two in st
 :class:`ClientError` with status 0 saying so and how to start one.
 
 This module imports neither FastAPI nor the controller, so the client commands start fast.
+
+A request cut short by Ctrl-C (a ``KeyboardInterrupt``, or another exception that is not an ``Exception``, such
+as a signal handler's ``SystemExit``) marks the client broken. httpx's connection pool guards its state with a lock
+taken in Python code (httpcore's ``ThreadLock.__enter__``), so an interrupt that lands just after the lock is taken
+leaves it held, and closing the pool, or another request, would then wait for it forever. A broken client's
+``close`` leaves the connections to the process's exit, and its requests fail at once. (``corral events -f`` once
+ignored Ctrl-C this way; in a stress test that interrupted requests at random moments, about one interrupt in a
+thousand landed there.)
 """
 
 from __future__ import annotations
@@ -299,9 +307,11 @@ class Client:
             timeout=timeout_s,
         )
         self.timeout_s = timeout_s
+        self._broken = False  # a request was interrupted: the pool may hold its lock (module docstring)
 
     def close(self) -> None:
-        self._http.close()
+        if not self._broken:
+            self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -479,6 +489,8 @@ class Client:
         json: Any = None,
         params: list[tuple[str, str]] | None = None,
     ) -> Any:
+        if self._broken:
+            raise ClientError(0, f"an earlier request to {self.url} was interrupted; make a new client")
         try:
             response = self._http.request(method, path, json=json, params=tuple(params or ()))
         except httpx.ConnectError:
@@ -487,6 +499,10 @@ class Client:
             raise ClientError(0, f"the corral server at {self.url} did not answer in {self.timeout_s:g} s") from None
         except httpx.HTTPError as e:
             raise ClientError(0, f"cannot talk to the corral server at {self.url}: {e}") from None
+        except BaseException as e:
+            if not isinstance(e, Exception):  # KeyboardInterrupt, a signal handler's SystemExit: from anywhere
+                self._broken = True
+            raise
         if response.is_success:
             try:
                 return response.json()

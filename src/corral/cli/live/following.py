@@ -56,7 +56,7 @@ def logs(job_id: str, follow: bool, **client: Any) -> None:
                     if not moved:
                         time.sleep(FOLLOW_POLL_S)
         except KeyboardInterrupt:
-            sys.exit(130)
+            sys.exit(WAIT_INTERRUPTED)
 
 
 @click.command()
@@ -68,16 +68,16 @@ def logs(job_id: str, follow: bool, **client: Any) -> None:
 @client_options
 def events(follow: bool, last: int, from_start: bool, **client: Any) -> None:
     """Print job events, every job's (a tenant's token: its own jobs'): time, job, kind, detail."""
-    with _errors(), make_client(**client) as api:
-        after = 0
-        if not from_start:  # find the end of the feed, then step back `last` events
-            while True:
-                page = api.event_feed(after=after)
-                if not page["events"]:
-                    break
-                after = page["next_after"]
-            after = max(0, after - last)
-        try:
+    try:
+        with _errors(), make_client(**client) as api:
+            after = 0
+            if not from_start:  # find the end of the feed, then step back `last` events
+                while True:
+                    page = api.event_feed(after=after)
+                    if not page["events"]:
+                        break
+                    after = page["next_after"]
+                after = max(0, after - last)
             while True:
                 page = api.event_feed(after=after)
                 for e in page["events"]:
@@ -89,8 +89,8 @@ def events(follow: bool, last: int, from_start: bool, **client: Any) -> None:
                     if not follow:
                         return
                     time.sleep(FOLLOW_POLL_S)
-        except KeyboardInterrupt:
-            sys.exit(130)
+    except KeyboardInterrupt:  # at any point, finding the end of the feed included
+        sys.exit(WAIT_INTERRUPTED)
 
 
 @click.command()
