@@ -104,6 +104,27 @@ def test_times_are_stored_as_floats_copies_and_pickles_go_through_the_checks() -
 
 
 @pytest.mark.parametrize(
+    "change",
+    [{}, {"submit_s": 7}, {"tenant": "u"}, {"model": "bert"}, {"job_class": JobClass.GUARANTEED}],
+    ids=["nothing", "submit_s", "tenant", "model", "job_class"],
+)
+def test_replaced_gives_what_dataclasses_replace_gives(change: dict[str, Any]) -> None:
+    full = JobSpec("b", 1.5, 1, 2.0, "t", 500, "resnet50", JobClass.OPPORTUNISTIC, 3, ("V100",), 1024, 64)
+    got = full.replaced(**change)
+    assert got == dataclasses.replace(full, **change) and type(got) is JobSpec
+    assert type(got.submit_s) is float
+    assert spec().replaced(model="bert").model == "bert"  # from no model to one
+    assert full.replaced(model=None) == full  # None keeps the field: a model is not taken away here
+
+
+def test_replaced_checks_the_new_spec_naming_the_field() -> None:
+    with pytest.raises(JobSpecError, match="tenant"):
+        spec().replaced(tenant=3)  # type: ignore[arg-type]
+    with pytest.raises(JobSpecError, match="submit_s"):
+        spec().replaced(submit_s=math.nan)
+
+
+@pytest.mark.parametrize(
     "overrides",
     [
         {},

@@ -160,6 +160,34 @@ class JobSpec:
             self.batch_size,
         )
 
+    def replaced(
+        self,
+        *,
+        submit_s: float | None = None,
+        tenant: str | None = None,
+        model: str | None = None,
+        job_class: JobClass | None = None,
+    ) -> JobSpec:
+        """This spec with the given fields changed (None: kept; so a model can be given here, not taken away), made
+        and checked as any new spec: what ``dataclasses.replace`` gives, at a fifth of its cost (it passes every field
+        by keyword; the trace filters change a field of every job: issue 20)."""
+        # Positional, in field order: job_id, submit_s, num_gpus, duration_s, tenant, gpu_milli, model, job_class,
+        # priority, gpu_types, gpu_mem_mib, batch_size.
+        return JobSpec(
+            self.job_id,
+            self.submit_s if submit_s is None else submit_s,
+            self.num_gpus,
+            self.duration_s,
+            self.tenant if tenant is None else tenant,
+            self.gpu_milli,
+            self.model if model is None else model,
+            self.job_class if job_class is None else job_class,
+            self.priority,
+            self.gpu_types,
+            self.gpu_mem_mib,
+            self.batch_size,
+        )
+
     @property
     def gpu_demand_milli(self) -> int:
         """Total GPU share asked for, in milli-GPUs (4 whole GPUs = 4000)."""

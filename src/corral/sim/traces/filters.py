@@ -16,7 +16,6 @@ and which jobs a fraction picks would be tied to which jobs :func:`sample` kept)
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -57,7 +56,7 @@ def _derive(trace: Trace, jobs: list[JobSpec], note: str) -> Trace:
 def _shift(jobs: list[JobSpec], offset: float) -> list[JobSpec]:
     if offset == 0.0:
         return jobs
-    return [dataclasses.replace(job, submit_s=job.submit_s - offset) for job in jobs]
+    return [job.replaced(submit_s=job.submit_s - offset) for job in jobs]
 
 
 def window(trace: Trace, start_s: float | None = None, end_s: float | None = None) -> Trace:
@@ -124,7 +123,7 @@ def scale_load(trace: Trace, factor: float) -> Trace:
         jobs = list(trace.jobs)
     else:
         first = trace.jobs[0].submit_s
-        jobs = [dataclasses.replace(job, submit_s=first + (job.submit_s - first) / factor) for job in trace.jobs]
+        jobs = [job.replaced(submit_s=first + (job.submit_s - first) / factor) for job in trace.jobs]
     note = f"scale_load x{factor:g}: inter-arrival times divided by {factor:g} (load x{factor:g})"
     return _derive(trace, jobs, note)
 
@@ -149,7 +148,7 @@ def assign_models(trace: Trace, mix: str, seed: int) -> Trace:
     drawn = draw_models(len(missing), weights, seed)
     jobs = list(trace.jobs)
     for i, model in zip(missing, drawn, strict=True):
-        jobs[i] = dataclasses.replace(jobs[i], model=model)
+        jobs[i] = jobs[i].replaced(model=model)
     counts = Counter(drawn)
     shown = ", ".join(f"{name} {counts[name]:,}" for name in sorted(counts))
     note = (
@@ -189,7 +188,7 @@ def assign_tenants(trace: Trace, count: int, seed: int) -> Trace:
     drawn = rng.choice(count, size=len(missing), p=zipf / zipf.sum()).tolist()
     jobs = list(trace.jobs)
     for i, k in zip(missing, drawn, strict=True):
-        jobs[i] = dataclasses.replace(jobs[i], tenant=names[k])
+        jobs[i] = jobs[i].replaced(tenant=names[k])
     counts = Counter(drawn)
     shown = ", ".join(f"{names[k]} {counts[k]:,}" for k in range(count))
     note = (
@@ -217,7 +216,7 @@ def make_opportunistic(trace: Trace, fraction: float, seed: int) -> Trace:
         if job.job_class is JobClass.OPPORTUNISTIC:
             already += 1
         elif u < fraction:
-            jobs[i] = dataclasses.replace(job, job_class=JobClass.OPPORTUNISTIC)
+            jobs[i] = job.replaced(job_class=JobClass.OPPORTUNISTIC)
             changed += 1
     guaranteed = len(jobs) - already
     note = (

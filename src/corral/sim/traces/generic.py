@@ -34,11 +34,11 @@ from corral.core.wording import plural
 from corral.sim.traces._rows import (
     MAX_BATCH_SIZE,
     MAX_JOB_GPUS,
+    ONE_OR_MORE_GPUS,
     BadRow,
     CsvRows,
     IdRegistry,
     PathArg,
-    gpus_form,
     sort_by_submit,
 )
 from corral.sim.traces.trace import Trace
@@ -184,7 +184,7 @@ def read_csv(
                     minimum=1,
                     maximum=MAX_JOB_GPUS,
                     integral_floats=True,
-                    what=gpus_form(1),
+                    what=ONE_OR_MORE_GPUS,
                 )
                 # --- optional fields
                 tenant = rows.optional_text(row, i_tenant, c_tenant, field="tenant") or "default"

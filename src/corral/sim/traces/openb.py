@@ -39,7 +39,15 @@ from typing import Literal
 from corral.core.errors import ConfigError, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec
 from corral.core.wording import plural
-from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
+from corral.sim.traces._rows import (
+    MAX_JOB_GPUS,
+    ZERO_OR_MORE_GPUS,
+    BadRow,
+    CsvRows,
+    IdRegistry,
+    PathArg,
+    sort_by_submit,
+)
 from corral.sim.traces.trace import Trace
 
 PendingMode = Literal["drop", "wait"]
@@ -186,7 +194,7 @@ def _parse(
 ) -> _Pod:
     """Check every cell of one pod row, including the ones that only make sense together."""
     name = rows.text(row, i_name, "name", field="id", what="a pod name")
-    gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=0, maximum=MAX_JOB_GPUS, what=gpus_form(0))
+    gpus = rows.integer(row, i_gpus, "num_gpu", field="gpus", minimum=0, maximum=MAX_JOB_GPUS, what=ZERO_OR_MORE_GPUS)
     milli = rows.integer(row, i_milli, "gpu_milli", minimum=0, maximum=FULL_GPU_MILLI)
     if gpus >= 1 and milli == 0:
         raise rows.bad(

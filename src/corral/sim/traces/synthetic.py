@@ -128,8 +128,9 @@ def _default_jobs(
     names = [f"tenant-{t:0{width}d}" for t in range(k)]
     tenant_names = [names[t] for t in tenant_idx.tolist()]
     with relaxed_collector():
+        # job_id, submit_s, num_gpus, duration_s, tenant: by position, as read_philly does (issue 20)
         jobs = [
-            JobSpec(job_id=f"syn-{i}", submit_s=s, num_gpus=g, duration_s=d, tenant=t)
+            JobSpec(f"syn-{i}", s, g, d, t)
             for i, (s, d, g, t) in enumerate(
                 zip(submits.tolist(), durations.tolist(), gpus.tolist(), tenant_names, strict=True)
             )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from corral.core.errors import JobSpecError
 from corral.core.job import JobSpec
 from corral.core.wording import plural
-from corral.sim.traces._rows import MAX_JOB_GPUS, BadRow, CsvRows, IdRegistry, PathArg, gpus_form, sort_by_submit
+from corral.sim.traces._rows import MAX_JOB_GPUS, ONE_OR_MORE_GPUS, BadRow, CsvRows, IdRegistry, PathArg, sort_by_submit
 from corral.sim.traces.trace import Trace
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "model_name", "duration")
@@ -31,7 +31,7 @@ def read_tiresias(path: PathArg, *, skip_invalid: bool = False) -> Trace:
             try:
                 job_id = rows.text(row, i_id, "job_id", field="id", what="a job id")
                 gpus = rows.integer(
-                    row, i_gpus, "num_gpu", field="gpus", minimum=1, maximum=MAX_JOB_GPUS, what=gpus_form(1)
+                    row, i_gpus, "num_gpu", field="gpus", minimum=1, maximum=MAX_JOB_GPUS, what=ONE_OR_MORE_GPUS
                 )
                 submit = rows.seconds(row, i_submit, "submit_time", field="submit")
                 duration = rows.seconds(row, i_dur, "duration")
