@@ -9,13 +9,15 @@ statistics. Everything else stays Python in either build; the project's metadata
 Chosen by profile (issue 20): a replay's time is spread over a few hundred small calls per job in these modules,
 the kind of code mypyc speeds up most. Left out on purpose, each because mypyc would change what it does:
 
-- the other records at the seams (clusters, events, decisions): a compiled class checks its attributes' declared
-  types itself, with a TypeError that names no field, and mypyc supports no class variables on dataclasses
-  (events have a priority, decisions ``Decision.NOTHING``). Four are compiled all the same: the job spec, whose
+- the other records at the seams (clusters, decisions): a compiled class checks its attributes' declared types
+  itself, with a TypeError that names no field, and a class variable of a compiled dataclass becomes one of its
+  fields (decisions have ``Decision.NOTHING``). Five are compiled all the same: the job spec, whose
   every field the replay reads (12% of a FIFO replay went to reading them from a Python class), and the placement
   check their arguments in ``__new__``, before the compiled ``__init__`` converts them, so that a bad field is
-  still named (``corral.core.job``, ``corral.core.placement``); the engine's job record; and telemetry, made by
-  corral's own code (the simulator, the live controller), whose checks guard invariants, not user input. The live
+  still named (``corral.core.job``, ``corral.core.placement``); the engine's job record; telemetry, made by
+  corral's own code (the simulator, the live controller), whose checks guard invariants, not user input; and the
+  events, made only by corral's own code too, three per job of a replay (their priorities are a table,
+  ``corral.core.events.PRIORITY``, not class variables). The live
   controller's ``ObservedTelemetry`` extends Telemetry without slots of its own (with them, ``dataclasses`` would
   declare the base's fields again, unseen by the compiled base);
 - the executor protocols (``runtime_checkable``);
@@ -47,6 +49,7 @@ sys.path.insert(0, "build_backend")  # the backend's own test of CORRAL_COMPILE 
 from corral_build import compiling
 
 COMPILED = [
+    "core/events.py",
     "core/job.py",
     "core/placement.py",
     "core/status.py",

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import job
-from corral.core.events import Event, JobFinished, JobSubmitted, TimerFired
+from corral.core.events import PRIORITY, Event, JobFinished, JobSubmitted, TimerFired
 from corral.engine.clock import VirtualClock
 from corral.engine.event_queue import EventQueue
 
@@ -20,7 +20,7 @@ def drain(q: EventQueue) -> list[tuple[float, Event]]:
 
 
 def test_priorities() -> None:
-    assert (JobFinished.priority, JobSubmitted.priority, TimerFired.priority) == (0, 1, 2)
+    assert (PRIORITY[JobFinished], PRIORITY[JobSubmitted], PRIORITY[TimerFired]) == (0, 1, 2)
 
 
 def test_finished_before_submitted_before_timer_at_the_same_time() -> None:
