@@ -169,8 +169,9 @@ class JobSpec:
         job_class: JobClass | None = None,
     ) -> JobSpec:
         """This spec with the given fields changed (None: kept; so a model can be given here, not taken away), made
-        and checked as any new spec: what ``dataclasses.replace`` gives, at a fifth of its cost (it passes every field
-        by keyword; the trace filters change a field of every job: issue 20)."""
+        and checked as any new spec: what ``dataclasses.replace`` gives, which passes every field by keyword, at a
+        fifth of its cost compiled (0.48 against 2.57 us) and 60% of it in pure Python (the trace filters change a
+        field of every job: issue 20)."""
         # Positional, in field order: job_id, submit_s, num_gpus, duration_s, tenant, gpu_milli, model, job_class,
         # priority, gpu_types, gpu_mem_mib, batch_size.
         return JobSpec(

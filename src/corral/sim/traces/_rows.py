@@ -76,14 +76,14 @@ ROWS_SHOWN = 20
 SKIP_HINT = "or pass --skip-invalid to replay without bad rows (they are counted by reason and reported)"
 
 
-def gpus_form(minimum: int) -> str:
-    """The expected form of a GPU count: what a reader passes as ``what`` with ``maximum=MAX_JOB_GPUS``."""
+def _gpus_form(minimum: int) -> str:
+    """The expected form of a GPU count, for a reader's ``what`` with ``maximum=MAX_JOB_GPUS`` (the constants below)."""
     return f"an integer >= {minimum} (at most {MAX_JOB_GPUS:,}: no cluster has more GPUs)"
 
 
 # The two forms the readers use, made once: formatting one for every row took 2% of a full-Philly replay (issue 20).
-ONE_OR_MORE_GPUS: Final = gpus_form(1)
-ZERO_OR_MORE_GPUS: Final = gpus_form(0)
+ONE_OR_MORE_GPUS: Final = _gpus_form(1)
+ZERO_OR_MORE_GPUS: Final = _gpus_form(0)
 
 
 def _names(names: Sequence[str]) -> str:
