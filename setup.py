@@ -52,6 +52,7 @@ COMPILED = [
     "core/events.py",
     "core/job.py",
     "core/placement.py",
+    "core/sorted_groups.py",
     "core/status.py",
     "core/telemetry.py",
     "engine/clock.py",

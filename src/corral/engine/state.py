@@ -71,6 +71,7 @@ from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
+from corral.core.sorted_groups import Group, add_entry, has_entry, remove_entry
 from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
@@ -141,7 +142,8 @@ class ClusterState:
 
         self._jobs: dict[str, JobStatus] = {}
         self._pending_entry: dict[str, tuple[tuple[Any, ...], int, JobStatus]] = {}
-        self._groups: dict[PendingShape, SortedList] = {}  # the pending queue, split by shape
+        # The pending queue, split by shape: each group's entries sorted (corral.core.sorted_groups).
+        self._groups: dict[PendingShape, Group] = {}
         self._shape_of: dict[str, PendingShape] = {}  # pending jobs only
         self._running: dict[str, JobStatus] = {}
         self._seq = 0
@@ -800,10 +802,7 @@ class ClusterState:
             self._pending_milli[job.spec.tenant] = (
                 self._pending_milli.get(job.spec.tenant, 0) + job.spec.gpu_demand_milli
             )
-        group = self._groups.get(shape)
-        if group is None:
-            group = self._groups[shape] = SortedList()
-        group.add(entry)
+        add_entry(self._groups, shape, entry)
         held = job.suspended_from
         if held is not None:
             gpu_node = self._topo.gpu_node
@@ -816,10 +815,7 @@ class ClusterState:
         shape = self._shape_of.pop(job_id)
         if shape.quota_tenant is not None:
             self._pending_milli[job.spec.tenant] -= job.spec.gpu_demand_milli
-        group = self._groups[shape]
-        group.remove(entry)
-        if not group:
-            del self._groups[shape]
+        remove_entry(self._groups, shape, entry)
         held = job.suspended_from
         if held is not None:
             self._unsuspend(job_id, held)
@@ -1071,7 +1067,7 @@ class ClusterState:
         for job in self._jobs.values():
             in_pending = job.spec.job_id in self._pending_entry
             shape = self._shape_of.get(job.spec.job_id)
-            grouped = shape is not None and self._pending_entry[job.spec.job_id] in self._groups.get(shape, ())
+            grouped = shape is not None and has_entry(self._groups.get(shape, ()), self._pending_entry[job.spec.job_id])
             if in_pending != grouped:
                 raise InvariantViolation(f"job {job.spec.job_id!r} is missing from its pending group")
             in_running = job.spec.job_id in self._running

@@ -52,14 +52,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sortedcontainers import SortedList
-
 from corral.core.cluster import Topology
 from corral.core.decisions import Decision
 from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView
 from corral.core.options import option
 from corral.core.placement import Placement
+from corral.core.sorted_groups import Group, bisect_right_entry
 from corral.policies.framework.contract import BasePolicy, PolicyConfig
 from corral.policies.framework.placement import PlacementStrategy
 from corral.policies.framework.planner import Planner
@@ -147,7 +146,7 @@ class _Due:
 
     __slots__ = ("_end", "_next", "_skipped", "_slices")
 
-    def __init__(self, slices: SortedList, end: int) -> None:
+    def __init__(self, slices: Group, end: int) -> None:
         self._slices = slices
         self._end = end  # slices[:end] are due
         self._next = 0
@@ -810,7 +809,7 @@ class GandivaPolicy(BasePolicy):
             slices = self._slices.groups.get(k)
             if not slices or slices[0][0] > cutoff:
                 continue
-            due = _Due(slices, slices.bisect_right((cutoff, _MAX_ID)))
+            due = _Due(slices, bisect_right_entry(slices, (cutoff, _MAX_ID)))
             misses = 0
             for wid in waiting:
                 if misses >= _SCAN or due.empty():
@@ -897,7 +896,7 @@ class GandivaPolicy(BasePolicy):
                     sooner(_slice_due(now, cfg.quantum_s))
                 slices = self._slices.groups.get(k)
                 if slices:
-                    i = slices.bisect_right((cutoff, _MAX_ID))
+                    i = bisect_right_entry(slices, (cutoff, _MAX_ID))
                     if i < len(slices):
                         sooner(_slice_due(slices[i][0], cfg.quantum_s))
         return wake

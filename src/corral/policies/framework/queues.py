@@ -16,9 +16,8 @@ import heapq
 from collections.abc import Hashable, ItemsView, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from sortedcontainers import SortedList
-
 from corral.core.job import JobView
+from corral.core.sorted_groups import Group, add_entry, remove_entry
 from corral.policies.framework.view import ClusterView, PendingEntry, PendingShape
 
 
@@ -122,7 +121,7 @@ class KeyedQueue(Generic[K]):
     __slots__ = ("entry", "groups")
 
     def __init__(self) -> None:
-        self.groups: dict[K, SortedList] = {}  # key -> entries, sorted
+        self.groups: dict[K, Group] = {}  # key -> entries, sorted (corral.core.sorted_groups)
         self.entry: dict[str, tuple[K, tuple[Any, ...]]] = {}  # job -> (its key, its entry)
 
     def __len__(self) -> int:
@@ -139,10 +138,7 @@ class KeyedQueue(Generic[K]):
         job_id = entry[-1]
         if job_id in self.entry:
             raise ValueError(f"job {job_id!r} is queued already (under {self.entry[job_id][0]!r})")
-        group = self.groups.get(key)
-        if group is None:
-            group = self.groups[key] = SortedList()
-        group.add(entry)
+        add_entry(self.groups, key, entry)
         self.entry[job_id] = (key, entry)
 
     def remove(self, job_id: str) -> K | None:
@@ -151,10 +147,7 @@ class KeyedQueue(Generic[K]):
         if got is None:
             return None
         key, entry = got
-        group = self.groups[key]
-        group.remove(entry)
-        if not group:
-            del self.groups[key]
+        remove_entry(self.groups, key, entry)
         return key
 
     def key_of(self, job_id: str) -> K | None:
@@ -166,7 +159,7 @@ class KeyedQueue(Generic[K]):
         got: Sequence[tuple[Any, ...]] = self.groups.get(key, ())
         return got
 
-    def items(self) -> ItemsView[K, SortedList]:
+    def items(self) -> ItemsView[K, Group]:
         return self.groups.items()
 
     def merged(self, keys: Iterable[K] | None = None) -> Iterator[tuple[Any, ...]]:
