@@ -46,13 +46,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from corral.core.errors import ConfigError, InputError
 from corral.sim.metrics import SUMMARY_KEYS
 from corral.sim.plot_labels import short_labels
 
+# numpy is imported where a plot is drawn: every replay with --out imports this module (for REPORT_FILES, through
+# corral.sim.report), and one with --no-report uses no numpy at all (issue 20).
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -162,6 +163,8 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
 
 def _values(run: RunData, rows: Iterable[dict[str, str]], column: str, file: str) -> np.ndarray:
     """The column's non-empty cells as floats; a cell that is not a number is an error naming the file."""
+    import numpy as np
+
     out = []
     for row in rows:
         cell = row.get(column) or ""
@@ -182,6 +185,8 @@ def _queue_length(run: RunData) -> tuple[np.ndarray, np.ndarray]:
     """Jobs waiting for their first start, as a step function ``(times_s, count from each time on)``: +1 at
     submission, -1 at the first start, or at the last end for a job that never started (rejected jobs never
     wait: they are refused on admission)."""
+    import numpy as np
+
     waiting = [j for j in run.jobs if j.get("status") != "rejected"]
     submit = _values(run, waiting, "submit_s", "jobs.csv")
     if len(submit) != len(waiting):
@@ -211,6 +216,8 @@ class Plot:
 
 
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     x = np.sort(values)
     y = np.arange(1, len(x) + 1) / len(x)
     if len(x) > _CDF_POINTS:
@@ -228,6 +235,8 @@ def _label(text: str) -> str:
 def _cdf_axes(ax: Axes, series: Sequence[tuple[str, np.ndarray]], xlabel: str) -> None:
     """CDF curves on ``ax``; a log x axis when the values span more than two decades (JCTs of seconds to days),
     with a linear stretch near 0 when some are 0 (jobs that never waited)."""
+    import numpy as np
+
     shown = [(label, v) for label, v in series if len(v)]
     for label, values in shown:
         x, y = _cdf(values)
@@ -314,6 +323,8 @@ def _quota_tenants(runs: Sequence[RunData]) -> list[str]:
 
 def _bars(ax: Axes, groups: Sequence[str], series: Sequence[tuple[str, Sequence[float]]]) -> None:
     """Grouped bars: one group per name of ``groups``, one bar per series in each."""
+    import numpy as np
+
     width = 0.8 / max(1, len(series))
     x = np.arange(len(groups))
     for i, (label, values) in enumerate(series):
@@ -364,6 +375,8 @@ def _g_slowdown(runs: Sequence[RunData], fig: Figure) -> None:
 
 
 def _opp(runs: Sequence[RunData], fig: Figure) -> None:
+    import numpy as np
+
     bar_ax, cdf_ax = fig.subplots(1, 2, width_ratios=[1, 2])
     labels = [r.label for r in runs]
     # Each run's bar in its colour on the other plots (the default colour cycle, in run order).
