@@ -118,7 +118,7 @@ class Topology:
     """A cluster flattened into arrays indexed by GPU and node number. Read-only after construction."""
 
     __slots__ = (
-        "_all_types",
+        "all_types",
         "cluster",
         "gpu_mem_mib",
         "gpu_node",
@@ -185,7 +185,7 @@ class Topology:
         self.node_names: tuple[str, ...] = tuple(n.name for n in cluster.nodes)
         self.rack_names: tuple[str, ...] = tuple(racks)
         self.type_num_gpus: tuple[int, ...] = tuple(type_count)
-        self._all_types: tuple[int, ...] = tuple(range(len(self.type_names)))
+        self.all_types: tuple[int, ...] = tuple(range(len(self.type_names)))  # every type index, in order
         self.num_gpus = len(gpu_node)
         self.num_nodes = len(cluster.nodes)
 
@@ -196,7 +196,7 @@ class Topology:
     def type_indices(self, names: Sequence[str]) -> tuple[int, ...]:
         """GPU type indices for a job's allowed types (all types when ``names`` is empty); unknown names drop."""
         if not names:
-            return self._all_types
+            return self.all_types
         wanted = set(names)
         return tuple(i for i, name in enumerate(self.type_names) if name in wanted)
 

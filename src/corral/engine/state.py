@@ -145,6 +145,7 @@ class ClusterState:
         # The pending queue, split by shape: each group's entries sorted (corral.core.sorted_groups).
         self._groups: dict[PendingShape, Group] = {}
         self._shape_of: dict[str, PendingShape] = {}  # pending jobs only
+        self._shapes: dict[tuple[bool, tuple[str, ...], int | None, int, str | None], PendingShape] = {}
         self._running: dict[str, JobStatus] = {}
         self._seq = 0
         self._guaranteed_milli: dict[str, int] = {}
@@ -790,7 +791,13 @@ class ClusterState:
             if tenant is not None and tenant.quota_gpus is not None:
                 quota_tenant = spec.tenant
         size = spec.num_gpus if whole else spec.gpu_milli
-        return PendingShape(whole, spec.gpu_types, spec.gpu_mem_mib, size, quota_tenant)
+        # One PendingShape per shape, looked up by an equal plain tuple (equal hash): a named tuple is made by
+        # interpreted code, and most jobs share a few shapes.
+        key = (whole, spec.gpu_types, spec.gpu_mem_mib, size, quota_tenant)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = PendingShape(whole, spec.gpu_types, spec.gpu_mem_mib, size, quota_tenant)
+        return shape
 
     def _enqueue(self, job: JobStatus) -> None:
         self._seq += 1

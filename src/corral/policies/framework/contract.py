@@ -126,7 +126,8 @@ class BasePolicy:
 def allowed_types(view: ClusterView, spec: JobSpec) -> tuple[int, ...]:
     """GPU type indices a job may run on: its requested types, with enough memory for it."""
     topo = view.topology
-    idx = topo.type_indices(spec.gpu_types)
+    # Most jobs accept every type: answered without calling into the (interpreted) topology, twice per job.
+    idx = topo.type_indices(spec.gpu_types) if spec.gpu_types else topo.all_types
     need = spec.gpu_mem_mib
     if need:
         idx = tuple(t for t in idx if topo.type_mem_mib[t] >= need)
