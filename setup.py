@@ -1,10 +1,11 @@
 """The optional compiled core (see build_backend/corral_build.py): with ``CORRAL_COMPILE=1``, mypyc compiles the
 modules in ``COMPILED``, the replay's hot path: the event loop and cluster state with the job spec, placements, the
-engine's job record and jobs' telemetry, the simulated executor with its performance and sharing models, the
-policy framework (contract, planner, round, queues, placement, preemption, reasons), every registered policy (the
-baselines, Tiresias, Themis, AntMan with its coordinator, Gandiva, HiveD with its cells, IADeep with its
-predictor, tuner and Gaussian process), the Philly and synthetic trace readers, and the metrics with their
-statistics. Everything else stays Python in either build; the project's metadata is all in pyproject.toml.
+engine's job record and jobs' telemetry, the simulated executor with its performance and sharing models, the policy
+framework (contract, planner, round, queues, placement, preemption, reasons), every registered policy (the
+baselines, Tiresias, Themis, AntMan with its coordinator, Gandiva, HiveD with its cells, IADeep with its predictor,
+tuner and Gaussian process), the Philly and synthetic trace readers, the metrics with their statistics, and the
+writing of a replay's files (jobs.csv: a row per job). Everything else stays Python in either build; the project's
+metadata is all in pyproject.toml.
 
 Chosen by profile (issue 20): a replay's time is spread over a few hundred small calls per job in these modules,
 the kind of code mypyc speeds up most. Left out on purpose, each because mypyc would change what it does:
@@ -85,6 +86,7 @@ COMPILED = [
     "sim/executor.py",
     "sim/metrics.py",
     "sim/perf.py",
+    "sim/report.py",
     "sim/sharing.py",
     "sim/stats.py",
     "sim/traces/_rows.py",

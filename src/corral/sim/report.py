@@ -32,6 +32,7 @@ from typing import Any
 
 from corral import __version__, compiled
 from corral.core.errors import ConfigError
+from corral.core.job import JobClass, JobPhase
 from corral.sim.metrics import job_rhos, job_slowdown, utilization_bins
 from corral.sim.report_html import REPORT_FILES
 from corral.sim.runner import SimulationResult
@@ -56,12 +57,17 @@ JOB_COLUMNS = (
 )
 
 
+# Enum values by dictionary: an enum member's ``.value`` is a Python-level descriptor call, two per row of jobs.csv.
+_PHASES = {phase: phase.value for phase in JobPhase}
+_CLASSES = {job_class: job_class.value for job_class in JobClass}
+
+
 def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:.3f}"
+    return "" if x is None else format(x, ".3f")  # format(), not an f-string: compiled, that parses "{:.3f}" each time
 
 
 def _ratio(x: float | None) -> str:
-    return "" if x is None else f"{x:.4f}"
+    return "" if x is None else format(x, ".4f")
 
 
 COMPARISON_FILES = ("comparison.csv", "comparison.json")
@@ -205,10 +211,10 @@ def write_results(result: SimulationResult, out_dir: str | Path) -> list[Path]:
                     _num(j.queued_s),
                     j.preemptions,
                     s.gpu_milli,
-                    j.phase.value,
+                    _PHASES[j.phase],
                     j.reason or "",
-                    "" if math.isnan(rho) else f"{rho:.4f}",
-                    "upgraded" if j.upgraded else s.job_class.value,
+                    "" if math.isnan(rho) else format(rho, ".4f"),
+                    "upgraded" if j.upgraded else _CLASSES[s.job_class],
                     _ratio(job_slowdown(times.get(s.job_id))),
                     j.wait_reason or "",
                 )
