@@ -223,10 +223,11 @@ class Engine:
     def run(self, until_s: float | None = None) -> None:
         """Process events until none are left (or until ``until_s``)."""
         # The turn, inlined (as in _turn), and the queue's heap read directly rather than through its methods: this
-        # loop runs once per instant of a million-job replay, and its inner loop once per event.
+        # loop runs once per instant of a million-job replay, and its inner loop once per event. ``self._handle`` is
+        # called as a method, not through a local bound method: compiled, that is a direct call (a subclass's
+        # override included), where a bound method goes through Python's calling convention (issue 20).
         heap = self.queue._heap
         heappop = heapq.heappop
-        handle = self._handle
         advance = self.clock.advance_to
         while heap:
             now = heap[0][0]
@@ -235,7 +236,7 @@ class Engine:
             advance(now)
             changed = False
             while heap and heap[0][0] == now:
-                changed |= handle(heappop(heap)[3], now)
+                changed |= self._handle(heappop(heap)[3], now)
             if changed:
                 self._round(now)
 

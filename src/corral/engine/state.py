@@ -335,7 +335,7 @@ class ClusterState:
         self._alloc_milli += delta_milli
         if not self._timeline:
             return
-        if self.timeline_s and self.timeline_s[-1] == now_s:
+        if last is not None and last == now_s:  # the timeline's last point is the last change's: overwrite it
             self.timeline_milli[-1] = self._alloc_milli
         else:
             self.timeline_s.append(now_s)

@@ -193,12 +193,15 @@ class SimExecutor:
         self.telemetry = telemetry
         self._sink: EventSink | None = None
         self._runs: dict[str, _Run] = {}
-        self._jobs_on: dict[int, dict[str, None]] = {}  # GPU -> running jobs on it (only GPUs that have some)
+        # Per GPU (lists indexed by GPU: a dictionary's lookups were 2% of a replay in _measure alone, issue 20): the
+        # running jobs on it (None when it has none), and its measured SM use and memory in use.
+        num_gpus = self.perf.topo.num_gpus
+        self._jobs_on: list[dict[str, None] | None] = [None] * num_gpus
         # (a, b, GPU type, packed pair?) -> full-activity rates; a job's entries go when it stops.
         self._pairs: dict[tuple[str, str, int, bool], tuple[float, float]] = {}
-        # Measured use: per GPU (only GPUs in use), the cluster sums, their integrals and change points.
-        self._gpu_sm: dict[int, float] = {}
-        self._gpu_mem: dict[int, float] = {}
+        # Measured use: per GPU (0.0 where none), the cluster sums, their integrals and change points.
+        self._gpu_sm: list[float] = [0.0] * num_gpus
+        self._gpu_mem: list[float] = [0.0] * num_gpus
         self._sm_sum = 0.0
         self._mem_sum = 0.0
         self._area_sm = 0.0  # GPU-busy fraction x s, summed over GPUs
@@ -428,8 +431,8 @@ class SimExecutor:
         gpus = run.placement.gpus
         alone = True
         for g in gpus:
-            on = jobs_on.get(g)
-            if on is None:  # _leave drops a GPU's entry with its last job: an entry always holds someone
+            on = jobs_on[g]
+            if on is None:  # _leave drops a GPU's jobs with its last one: a GPU's jobs are never an empty dict
                 jobs_on[g] = {job_id: None}
             else:
                 on[job_id] = None
@@ -456,11 +459,13 @@ class SimExecutor:
         partners = self._partners(run)
         if partners:
             self._forget_pairs(run, partners)
+        jobs_on = self._jobs_on
         for g in run.placement.gpus:
-            on = self._jobs_on[g]
+            on = jobs_on[g]
+            assert on is not None
             del on[job_id]
             if not on:
-                del self._jobs_on[g]
+                jobs_on[g] = None
         progress = run.done_s - run.seg_done_s
         if progress > 0:
             speed = self.perf.speed(run.placement.gpus[0])  # a gang's GPUs are of one type
@@ -540,7 +545,7 @@ class SimExecutor:
             held_sm = 0.0  # a guest: the SM use of the holders beside it, whose idle slots it runs in
             guests_sm = 0.0  # ... and of the other guests there at their share caps, which share those slots
             pairs = 1.0  # ... and its symmetric pair slowdowns from the other guests (used only without holders)
-            for other_id in self._jobs_on.get(g, ()):
+            for other_id in self._jobs_on[g] or ():
                 if other_id == job_id:
                     continue
                 other = runs[other_id]
@@ -566,7 +571,7 @@ class SimExecutor:
         job_id = run.spec.job_id
         jobs_on = self._jobs_on
         for g in run.placement.gpus:
-            on = jobs_on.get(g)
+            on = jobs_on[g]
             if on and (len(on) > 1 or job_id not in on):
                 break
         else:
@@ -574,7 +579,7 @@ class SimExecutor:
         seen: dict[str, None] = {}
         runs = self._runs
         for g in run.placement.gpus:
-            for other in jobs_on.get(g, ()):
+            for other in jobs_on[g] or ():
                 if other != job_id and other not in seen and run.interacts(runs[other]):
                     seen[other] = None
         return list(seen)
@@ -637,7 +642,7 @@ class SimExecutor:
         sm_sum, mem_sum = self._sm_sum, self._mem_sum
         for g in gpus:
             sm = mem = 0.0
-            on = jobs_on.get(g)
+            on = jobs_on[g]
             if on is not None:
                 for job_id in on:
                     run = runs[job_id]
@@ -650,19 +655,17 @@ class SimExecutor:
                             peak = min(peak, cap)
                     mem += peak * p.mem_mean_frac
             sm = min(1.0, sm)
-            sm_sum += sm - gpu_sm.pop(g, 0.0)
-            mem_sum += mem - gpu_mem.pop(g, 0.0)
-            if sm or mem:
-                gpu_sm[g] = sm
-                gpu_mem[g] = mem
+            sm_sum += sm - gpu_sm[g]
+            mem_sum += mem - gpu_mem[g]
+            gpu_sm[g] = sm
+            gpu_mem[g] = mem
         self._sm_sum, self._mem_sum = sm_sum, mem_sum
         if not self._timeline:
             return
-        timeline_s = self.timeline_s
-        if timeline_s and timeline_s[-1] == now_s:
+        if last is not None and last == now_s:  # the timeline's last point is the last measure's: overwrite it
             self.timeline_sm[-1] = sm_sum
             self.timeline_mem_mib[-1] = mem_sum
         else:
-            timeline_s.append(now_s)
+            self.timeline_s.append(now_s)
             self.timeline_sm.append(sm_sum)
             self.timeline_mem_mib.append(mem_sum)
