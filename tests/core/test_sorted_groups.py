@@ -8,7 +8,15 @@ from bisect import bisect_right
 import pytest
 from sortedcontainers import SortedList
 
-from corral.core.sorted_groups import SMALL, Group, add_entry, bisect_right_entry, has_entry, remove_entry
+from corral.core.sorted_groups import (
+    SMALL,
+    Group,
+    add_entry,
+    bisect_right_entry,
+    has_entry,
+    remove_entry,
+    remove_sorted,
+)
 
 
 def test_random_adds_and_removes_keep_every_group_sorted_like_a_reference() -> None:
@@ -64,3 +72,14 @@ def test_removing_an_entry_that_is_not_there_is_a_value_error(size: int) -> None
     with pytest.raises(ValueError, match="not in list"):
         remove_entry(groups, 1, (0, 0))
     assert len(groups[0]) == size
+
+
+def test_remove_sorted_takes_out_exactly_that_item_and_refuses_a_missing_one() -> None:
+    items = [1, 3, 3, 5, 8]
+    remove_sorted(items, 3)
+    remove_sorted(items, 8)
+    assert items == [1, 3, 5]
+    for missing in (0, 4, 9):
+        with pytest.raises(ValueError, match="not in list"):
+            remove_sorted(items, missing)
+    assert items == [1, 3, 5]

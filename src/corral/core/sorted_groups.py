@@ -1,4 +1,5 @@
-"""Entries kept sorted in groups under keys: the pending queues of the cluster state and of the policies.
+"""Sorted lists: entries kept sorted in groups under keys (the pending queues of the cluster state and of the
+policies), and removal from a plain sorted list by bisection (the indexes of the state, the planner and AntMan).
 
 A queue split by key (a job's shape, tenant or class) has many short-lived groups: in most replays a group holds
 one or a few jobs, made when the first comes and dropped when the last leaves. A
@@ -42,6 +43,15 @@ def add_entry(groups: MutableMapping[Any, Group], key: Hashable, entry: Any) -> 
         group.add(entry)
 
 
+def remove_sorted(items: list[Any], item: Any) -> None:
+    """Remove ``item`` from the ascending list ``items`` by bisection (``list.remove`` compares its way along the
+    list); ``ValueError`` if it is not there."""
+    i = bisect_left(items, item)
+    if i == len(items) or items[i] != item:
+        raise ValueError(f"{item!r} not in list")
+    del items[i]
+
+
 def remove_entry(groups: MutableMapping[Any, Group], key: Hashable, entry: Any) -> None:
     """Take ``entry`` out of the group under ``key`` (dropping the group when it empties); ``ValueError`` if it is
     not there, as ``SortedList.remove`` says."""
@@ -49,10 +59,7 @@ def remove_entry(groups: MutableMapping[Any, Group], key: Hashable, entry: Any) 
     if group is None:
         raise ValueError(f"{entry!r} not in list")
     if type(group) is list:
-        i = bisect_left(group, entry)
-        if i == len(group) or group[i] != entry:
-            raise ValueError(f"{entry!r} not in list")
-        del group[i]
+        remove_sorted(group, entry)
     else:
         assert isinstance(group, SortedList)
         group.remove(entry)

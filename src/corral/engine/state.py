@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left, insort
+from bisect import insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -71,7 +71,7 @@ from corral.core.cluster import Topology
 from corral.core.errors import InvariantViolation, JobSpecError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
-from corral.core.sorted_groups import Group, add_entry, has_entry, remove_entry
+from corral.core.sorted_groups import Group, add_entry, has_entry, remove_entry, remove_sorted
 from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
@@ -86,11 +86,11 @@ def submission_order(job: JobView) -> tuple[Any, ...]:
 
 
 def _drop_sorted(items: list[int], item: int) -> None:
-    """Remove ``item`` from ``items``, a list kept sorted (it must be there)."""
-    i = bisect_left(items, item)
-    if i == len(items) or items[i] != item:
-        raise InvariantViolation(f"{item} is not in the sorted index it is being removed from")
-    del items[i]
+    """Remove ``item`` from ``items``, a list kept sorted (it must be there: else the index is wrong, a bug)."""
+    try:
+        remove_sorted(items, item)
+    except ValueError:
+        raise InvariantViolation(f"{item} is not in the sorted index it is being removed from") from None
 
 
 class ClusterState:

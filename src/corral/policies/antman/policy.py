@@ -73,7 +73,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_left, insort
+from bisect import insort
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -84,6 +84,7 @@ from corral.core.errors import ConfigError
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobPhase, JobSpec, JobView, mem_given
 from corral.core.options import option
 from corral.core.placement import Placement
+from corral.core.sorted_groups import remove_sorted
 from corral.policies.antman.coordinator import (
     CoordinatorConfig,
     GpuSnapshot,
@@ -372,9 +373,7 @@ class AntManPolicy(BasePolicy):
             return
         index = self._open[topo.gpu_type[g]]
         if old is not None:
-            at = bisect_left(index, old)
-            assert index[at] == old, (g, old)  # filed under the key kept for it
-            del index[at]
+            remove_sorted(index, old)  # filed under the key kept for it
             del self._open_key[g]
         if key is not None:
             insort(index, key)

@@ -17,7 +17,7 @@ that plans one.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import insort
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -25,6 +25,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.job import FULL_GPU_MILLI, JobClass, JobSpec, JobView, mem_given
 from corral.core.placement import Placement
+from corral.core.sorted_groups import remove_sorted
 from corral.policies.framework.view import ClusterView
 
 
@@ -364,7 +365,7 @@ class Planner:
         was = self._gpu_milli.get(gpu)
         old = self.view.gpu_free_milli(gpu) if was is None else was
         if was is not None and 0 < was < FULL_GPU_MILLI:
-            _remove_sorted(self._partial[t], (was, gpu))
+            remove_sorted(self._partial[t], (was, gpu))
             self._num_partial -= 1
         if 0 < milli < FULL_GPU_MILLI:
             insort(self._partial.setdefault(t, []), (milli, gpu))
@@ -403,20 +404,11 @@ class Planner:
         if before is None:
             before = self.view.node_free(node)
         else:
-            _remove_sorted(self._by_count[(t, before)], node)
+            remove_sorted(self._by_count[(t, before)], node)  # by bisection: buckets hold hundreds of nodes
             if before > 0 and any_changed is not None:
-                _remove_sorted(any_changed[t], node)
+                remove_sorted(any_changed[t], node)
         after = node_free[node] = before + delta
         insort(self._by_count.setdefault((t, after), []), node)
         if after > 0 and any_changed is not None:
             insort(any_changed.setdefault(t, []), node)
         self._type_free[t] = self.type_free(t) + delta
-
-
-def _remove_sorted(items: list[Any], item: Any) -> None:
-    """Remove ``item`` from the ascending list ``items`` by bisection: ``list.remove`` compares its way along the
-    list, and a round that plans thousands of preemptions moves nodes in and out of buckets of hundreds."""
-    i = bisect_left(items, item)
-    if i == len(items) or items[i] != item:
-        raise ValueError(f"{item!r} is not in the list")
-    del items[i]
