@@ -205,7 +205,9 @@ def mem_given(spec: JobSpec, placement: Placement) -> int:
 
 def _real(x: object) -> bool:
     """An int or a float, not a bool (a float field takes an int, as a typed call does)."""
-    return isinstance(x, int | float) and type(x) is not bool
+    t = type(x)
+    # Exact types first: every spec asks twice, and ``int | float`` is built anew at each call (issue 20).
+    return t is float or t is int or (t is not bool and isinstance(x, (int, float)))
 
 
 def _check_spec(
