@@ -54,6 +54,8 @@ class Planner:
         "_gpu_milli",
         "_node_free",
         "_num_partial",
+        "_own_nodes",
+        "_own_set",
         "_partial",
         "_tenant",
         "_type_free",
@@ -79,6 +81,11 @@ class Planner:
         # (type, free count) -> [the view's nodes of that bucket, how many of its first ones the plan changed]
         self._base_nodes: dict[tuple[int, int], list[Any]] = {}
         self._view_partial: bool | None = None  # does the view have a partly taken GPU? (asked once a round)
+        # Does a subclass list nodes (nodes_with_free) or keep its entries (_set) its own way? Asked once here, not
+        # at every query (two lookups in the class hierarchy each time, issue 20).
+        cls = type(self)
+        self._own_nodes = cls.nodes_with_free is not Planner.nodes_with_free
+        self._own_set = cls._set is not Planner._set
 
     # -- reads ------------------------------------------------------------------------------------------------
     def type_free(self, t: int) -> int:
@@ -151,7 +158,7 @@ class Planner:
     def first_with_free(self, t: int, count: int, skip: Collection[int] = ()) -> int | None:
         """The first node :meth:`nodes_with_free` yields that is not in ``skip`` (``None`` when none is): what a
         placement asks for most, so it is answered without a generator."""
-        if type(self).nodes_with_free is not Planner.nodes_with_free:  # a subclass lists nodes its own way
+        if self._own_nodes:  # a subclass lists nodes its own way
             return next((node for node in self.nodes_with_free(t, count) if node not in skip), None)
         changed = self._node_free
         key = (t, count)
@@ -381,7 +388,7 @@ class Planner:
 
         Each node is re-filed once, by its GPUs' net change, not once per GPU (issue 20: an 8-GPU gang moved its node
         through eight buckets): the indexes are sorted, so where a node ends up does not depend on the path."""
-        if type(self)._set is not Planner._set:  # a subclass keeps its entries its own way: GPU by GPU, through it
+        if self._own_set:  # a subclass keeps its entries its own way: GPU by GPU, through it
             for g in gpus:
                 self._set(g, self.gpu_free_milli(g) + milli, self.gpu_free_mem_mib(g) + mem)
             return
