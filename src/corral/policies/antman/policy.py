@@ -214,6 +214,7 @@ class AntManPolicy(BasePolicy):
         self.cfg = cfg
         self.coordinator = LocalCoordinator(cfg.coordinator_config())
         self._coordinating = cfg.coordinator and cfg.opportunistic
+        self._max_sm_milli = round(cfg.max_sm_used * FULL_GPU_MILLI)  # what _refresh compares a GPU's use with
         self._topo: Topology | None = None
         self._seq = 0
         self._arrival: dict[str, int] = {}  # job -> arrival number (FIFO ties), while not terminal
@@ -364,7 +365,7 @@ class AntManPolicy(BasePolicy):
         is_open = (
             view.node_up(topo.gpu_node[g])
             and len(view.gpu_opportunistic_jobs(g)) < cfg.max_opportunistic_per_gpu
-            and sm <= round(cfg.max_sm_used * FULL_GPU_MILLI)
+            and sm <= self._max_sm_milli
             and view.gpu_free_mem_mib(g) > (cfg.mem_margin_mib if held else 0)
         )
         key = _open_key(sm, g) if is_open else None
@@ -439,8 +440,10 @@ class AntManPolicy(BasePolicy):
         focus: dict[str, Placement] = {}
         # No nested functions here: compiled, their shared environment and they refer to each other, and each round
         # would leave that cycle, with the snapshot it holds, to the garbage collector (issue 20: 9% of a replay).
-        for g in self._dirty:
-            for job_id in (*view.gpu_jobs(g), *view.gpu_opportunistic_jobs(g)):
+        for g in self._dirty:  # holders, then guests (two loops: a tuple of both cost a list and a tuple per GPU)
+            for job_id in view.gpu_jobs(g):
+                self._add_focus(view, focus, job_id)
+            for job_id in view.gpu_opportunistic_jobs(g):
                 self._add_focus(view, focus, job_id)
         for job_id in coord.pop_due(rnd.now_s):
             if view.job(job_id).phase is JobPhase.RUNNING:

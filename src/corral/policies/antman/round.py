@@ -182,7 +182,9 @@ class AntManRound(Round):
         for x, why in self.evict.items():  # a guest holds no allocation: nothing to release
             self.preempt(view.job(x), why, suspend=True, release=False)
         grow: list[tuple[str, int | None, int | None, str]] = []
-        for x in dict.fromkeys([*self.shares, *self.caps]):
+        # Most rounds change no guest's share or cap: then no list of both is built (issue 20).
+        changed = dict.fromkeys([*self.shares, *self.caps]) if self.shares or self.caps else {}
+        for x in changed:
             if x in self.evict:
                 continue
             job = view.job(x)
@@ -206,7 +208,8 @@ class AntManRound(Round):
                 self.resize(h, mem_mib=mem, reason=why)
             elif mem > old:
                 grow.append((h, None, mem, why))
-        self.actions += ordinary
+        if ordinary:
+            self.actions += ordinary
         for x, p in self.new_guests.items():
             self.launch(x, p)
         for job_id, milli, mib, why in grow:
