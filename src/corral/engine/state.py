@@ -75,7 +75,7 @@ from corral.core.sorted_groups import Group, add_entry, has_entry, remove_entry,
 from corral.core.status import JobStatus
 from corral.core.telemetry import Telemetry
 from corral.core.tenant import Tenant
-from corral.policies.framework.view import PendingEntry, PendingShape
+from corral.policies.framework.view import ClusterView, PendingEntry, PendingShape
 
 QueueKey = Callable[[JobView], tuple[Any, ...]]
 
@@ -93,7 +93,7 @@ def _drop_sorted(items: list[int], item: int) -> None:
         raise InvariantViolation(f"{item} is not in the sorted index it is being removed from") from None
 
 
-class ClusterState:
+class ClusterState(ClusterView):
     """Implements :class:`corral.policies.framework.view.ClusterView` (read side) plus the checked mutations."""
 
     def __init__(
