@@ -21,9 +21,11 @@ state is the only code that changes a phase.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+
+from mypy_extensions import trait
 
 from corral.core.errors import JobSpecError
 from corral.core.placement import Placement
@@ -254,35 +256,54 @@ def _check_spec(
         raise JobSpecError(f"job {job_id!r}: batch_size must be an integer >= 1, got {batch!r}")
 
 
-class JobView(Protocol):
+@trait
+class JobView:
     """What a policy may read of a job. Policies get this, never a writable
-    :class:`~corral.core.status.JobStatus`."""
+    :class:`~corral.core.status.JobStatus`, which names it as its base: an interface (a mypyc ``trait``), not a
+    ``Protocol``, for the reason :mod:`corral.policies.framework.view` gives (a compiled policy reads these
+    directly, not through Python's attribute lookup)."""
+
+    __slots__ = ()  # in plain Python a base without slots would give every job record a dictionary
 
     @property
+    @abstractmethod
     def spec(self) -> JobSpec: ...
     @property
+    @abstractmethod
     def phase(self) -> JobPhase: ...
     @property
+    @abstractmethod
     def placement(self) -> Placement | None: ...
     @property
+    @abstractmethod
     def executed_s(self) -> float: ...
     @property
+    @abstractmethod
     def work_done_s(self) -> float: ...
     @property
+    @abstractmethod
     def last_start_s(self) -> float | None: ...
     @property
+    @abstractmethod
     def queued_since_s(self) -> float: ...
     @property
+    @abstractmethod
     def preemptions(self) -> int: ...
     @property
+    @abstractmethod
     def suspended_from(self) -> Placement | None: ...
     @property
+    @abstractmethod
     def movable(self) -> bool: ...
     @property
+    @abstractmethod
     def observed_rate(self) -> float | None: ...
     @property
+    @abstractmethod
     def job_class(self) -> JobClass: ...
     @property
+    @abstractmethod
     def telemetry(self) -> Telemetry | None: ...
     @property
+    @abstractmethod
     def batch_size(self) -> int | None: ...

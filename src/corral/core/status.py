@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from corral.core.job import JobClass, JobPhase, JobSpec
+from corral.core.job import JobClass, JobPhase, JobSpec, JobView
 from corral.core.placement import Placement
 from corral.core.telemetry import Telemetry
 
 
 @dataclass(slots=True, eq=False)
-class JobStatus:
+class JobStatus(JobView):
     """Where a job stands. Only the engine's ``ClusterState`` writes these fields.
 
     - ``executed_s``: wall-clock seconds the job has held GPUs (Tiresias' attained time; multiply by
