@@ -183,25 +183,32 @@ def mean_contention(submit_s: Sequence[float], end_s: Sequence[float]) -> array[
     i = j = 0  # next submission, next end, in time order
     count = 0  # intervals open since the last point (its own changes included)
     area = 0.0  # the integral of count from the first point to the current one
-    point = min(submit_s[by_submit[0]], end_s[by_end[0]])
+    # The next submission's and the next end's times, each read once (issue 20: the sweep read each three times).
+    s_next = submit_s[by_submit[0]]
+    e_next = end_s[by_end[0]]
+    point = min(s_next, e_next)
     while j < n:
-        nxt = end_s[by_end[j]] if i == n else min(submit_s[by_submit[i]], end_s[by_end[j]])
+        nxt = e_next if i == n else min(s_next, e_next)
         if nxt != point:
             area += count * (nxt - point)
             point = nxt
         # Every change at this point first, then the figures of the intervals that start or end at it.
         starts = i
-        while i < n and submit_s[by_submit[i]] == point:
+        while i < n and s_next == point:
             i += 1
+            if i < n:
+                s_next = submit_s[by_submit[i]]
         ends = j
-        while j < n and end_s[by_end[j]] == point:
+        while j < n and e_next == point:
             j += 1
+            if j < n:
+                e_next = end_s[by_end[j]]
         count += (i - starts) - (j - ends)
         for k in range(starts, i):
             area_at_start[by_submit[k]] = area
         for k in range(ends, j):
             job = by_end[k]
-            length = end_s[job] - submit_s[job]
+            length = point - submit_s[job]  # its end is this point
             # A zero-length interval's own +1 and -1 cancel in the count at its instant.
             out[job] = (area - area_at_start[job]) / length if length > 0 else count + 1.0
     return out
