@@ -1,23 +1,35 @@
 """The clock seam. The simulator jumps from event to event; the live controller runs on the wall clock.
 
 The engine never reads time any other way, which is what lets the same loop drive both modes.
+
+:class:`Clock` is an interface the two clocks name as their base (a mypyc ``trait``), not a ``Protocol``: the
+compiled engine then calls them directly, not through Python's method lookup, at every instant of a replay (issue
+20; :mod:`corral.policies.framework.view` says more). A clock of one's own must subclass it in plain Python only: a
+compiled trait takes no interpreted subclass.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from abc import abstractmethod
+
+from mypy_extensions import trait
 
 
-class Clock(Protocol):
+@trait
+class Clock:
+    __slots__ = ()
+
+    @abstractmethod
     def now(self) -> float: ...
 
+    @abstractmethod
     def advance_to(self, time_s: float) -> None:
         """Move to ``time_s`` (a virtual clock jumps; a wall clock sleeps until then)."""
         ...
 
 
-class VirtualClock:
+class VirtualClock(Clock):
     """Simulated time: jumps straight to the next event. Time never goes backwards."""
 
     __slots__ = ("_now",)
@@ -34,7 +46,7 @@ class VirtualClock:
         self._now = time_s
 
 
-class WallClock:
+class WallClock(Clock):
     """Real time for the live controller: seconds since the Unix epoch, never going backwards.
 
     The live loop only runs events that are already due, so :meth:`advance_to` a past time does nothing; a future
