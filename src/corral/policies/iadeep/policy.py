@@ -918,7 +918,11 @@ class IADeepPolicy(BasePolicy):
         cached = self._evals.get((g, kind))
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        needs = [{b: self._need(rnd, j, b) for b in c} for j, c in zip(every, choices, strict=True)]
+        # Each job's current size too: the grid starts with the current configuration, which a job whose size is not
+        # one of its family's measured ones (a trace's own batch size) is not among its choices.
+        needs = [
+            {b: self._need(rnd, j, b) for b in (cur, *c)} for j, c, cur in zip(every, choices, current, strict=True)
+        ]
         best: tuple[float, int, float, Sizes] | None = None
         for i, config in enumerate(config_grid(choices, current, _PLACE_CONFIGS)):
             if sum(n[b] for n, b in zip(needs, config, strict=True)) > capacity:
