@@ -260,8 +260,11 @@ class AntManPolicy(BasePolicy):
     def on_telemetry(self, job: JobView, now_s: float) -> None:
         # Only take note (this may run while a decision is being applied): the next round reads it.
         self._noted[job.spec.job_id] = None
-        if job.placement is not None:
-            self._dirty.update(dict.fromkeys(job.placement.gpus))
+        p = job.placement
+        if p is not None:
+            dirty = self._dirty
+            for g in p.gpus:
+                dirty[g] = None
 
     def on_nodes_changed(self, view: ClusterView, nodes: Sequence[int], now_s: float) -> None:
         # Re-file the nodes' GPUs at the next round (before that, _bind reads every GPU anyway).

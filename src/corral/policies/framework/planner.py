@@ -44,6 +44,17 @@ class PlannerCheckpoint(NamedTuple):
     base_nodes: dict[tuple[int, int], list[Any]]
 
 
+_OVERRIDES: dict[type, tuple[bool, bool]] = {}
+
+
+def _overrides(cls: type[Planner]) -> tuple[bool, bool]:
+    """Does planner class ``cls`` override ``nodes_with_free``, and ``_set``?"""
+    got = _OVERRIDES.get(cls)
+    if got is None:
+        got = _OVERRIDES[cls] = (cls.nodes_with_free is not Planner.nodes_with_free, cls._set is not Planner._set)
+    return got
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by users' own policies (Python: setup.py)
 class Planner:
     __slots__ = (
@@ -81,11 +92,9 @@ class Planner:
         # (type, free count) -> [the view's nodes of that bucket, how many of its first ones the plan changed]
         self._base_nodes: dict[tuple[int, int], list[Any]] = {}
         self._view_partial: bool | None = None  # does the view have a partly taken GPU? (asked once a round)
-        # Does a subclass list nodes (nodes_with_free) or keep its entries (_set) its own way? Asked once here, not
-        # at every query (two lookups in the class hierarchy each time, issue 20).
-        cls = type(self)
-        self._own_nodes = cls.nodes_with_free is not Planner.nodes_with_free
-        self._own_set = cls._set is not Planner._set
+        # Does a subclass list nodes (nodes_with_free) or keep its entries (_set) its own way? Asked once per class,
+        # not at every query (two lookups in the class hierarchy each time, issue 20); a policy makes a planner a round.
+        self._own_nodes, self._own_set = _overrides(type(self))
 
     # -- reads ------------------------------------------------------------------------------------------------
     def type_free(self, t: int) -> int:
