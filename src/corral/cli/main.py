@@ -408,6 +408,8 @@ def _rejected_lines(result: SimulationResult, to_file: bool) -> list[str]:
 def _print_rejected(results: Sequence[SimulationResult], labels: Sequence[str], to_file: bool) -> None:
     """The rejected jobs of each replay; once for all when every policy rejected the same jobs for the same
     reasons (admission usually depends on the cluster alone)."""
+    if not any(r.summary.get("jobs_rejected") for r in results):
+        return  # the summary counted them: no pass over every job of every replay to find none (issue 20)
     seen = [[(j.job_id, j.reason) for j in r.jobs if j.phase is JobPhase.REJECTED] for r in results]
     shown = [(results[0], "")] if all(s == seen[0] for s in seen) else list(zip(results, labels, strict=True))
     for result, label in shown:
